@@ -171,12 +171,8 @@ impl Alert {
                 (None, None) => s.push_str(" (size unknown)"),
             }
         }
-        s.push_str(": ");
-        s.push_str(&self.detail);
-        if self.dry_run {
-            s.push_str(" [dry run]");
-        }
-        s
+        let dry_run = if self.dry_run { " [dry run]" } else { "" };
+        format!("{s}: {}{dry_run}", self.detail)
     }
 
     /// The Slack-compatible body. NB: a worker writes its `job` and its log lines, so its text
@@ -184,11 +180,8 @@ impl Alert {
     /// `<https://…|link>` in them reaches the channel as text, and a code fence in the logs
     /// cannot close the block. Only the configured mention is sent as markup.
     pub(crate) fn webhook_body(&self, mention: &str) -> serde_json::Value {
-        let mut text = String::new();
-        if self.page && !mention.is_empty() {
-            text.push_str(mention);
-            text.push(' ');
-        }
+        let paged = self.page && !mention.is_empty();
+        let mut text = if paged { format!("{mention} ") } else { String::new() };
         text.push_str(&slack_escape(&self.summary()));
         if let Some(logs) = self.logs.as_ref().filter(|l| !l.trim().is_empty()) {
             text.push_str("\n```\n");
@@ -358,10 +351,8 @@ impl Notifier {
     /// (its container gone) are resolved.
     pub(crate) async fn retain(&self, node: &str, present: &std::collections::HashSet<String>) {
         let Some(sink) = &self.sink else { return };
-        for worker in sink.open_workers(node) {
-            if !present.contains(&worker) {
-                sink.resolve(node, &worker, Resolve::Gone).await;
-            }
+        for gone in sink.open_workers(node).into_iter().filter(|w| !present.contains(w)) {
+            sink.resolve(node, &gone, Resolve::Gone).await;
         }
     }
 

@@ -69,65 +69,39 @@ fn init_logging(cfg: &Config) {
 #[error("{0}")]
 pub(crate) struct RunError(pub(crate) String);
 
-/// The production adapters `vigil run` wires.
-struct Adapters {
+/// What `vigil run` wires, handed to each part it starts: the config, the production adapters,
+/// and the tracker and stop token of the tasks it spawns.
+struct Wiring {
+    cfg: Config,
+    /// The Kubernetes API for pods, when it is on (see `pod_api`).
+    pods: Option<Arc<dyn PodApi>>,
     coord: Arc<dyn Coordinator>,
     runtime: Arc<dyn ContainerRuntime>,
     metrics: Arc<Metrics>,
     sink: Option<Arc<dyn AlertSink>>,
+    tracker: TaskTracker,
+    stop: CancellationToken,
 }
 
 /// The Kubernetes API for pods, when it is on (a CRI restart reads the pod's restartPolicy; the
 /// opportunistic idle check lists this node's pods).
 async fn pod_api(cfg: &Config) -> Option<Arc<dyn PodApi>> {
-    if !cfg.kubernetes_on() {
-        return None;
-    }
     let lost = "Kubernetes API unavailable: pods' restartPolicy cannot be read, and opportunistic maintenance counts this node busy";
-    Some(connected(KubePods::connect(&cfg.kubernetes.api_url), lost).await?)
+    Some(connected(cfg, KubePods::connect(&cfg.kubernetes.api_url), lost).await?)
 }
 
-/// The client `connect` makes; `None`, the error logged with `lost` (what goes without it), when
-/// it cannot be made.
+/// The Kubernetes client `connect` makes, when the API is on (`connect` is not polled when it is
+/// off); `None`, the error logged with `lost` (what goes without it), when it cannot be made.
 async fn connected<T, E: std::fmt::Display>(
+    cfg: &Config,
     connect: impl std::future::Future<Output = Result<T, E>>,
     lost: &str,
 ) -> Option<Arc<T>> {
+    if !cfg.kubernetes_on() {
+        return None;
+    }
     let client = connect.await.inspect_err(|e| tracing::error!(error = %e, "{lost}"));
     client.ok().map(Arc::new)
-}
-
-fn adapters(cfg: &Config, pods: Option<Arc<dyn PodApi>>) -> Result<Adapters, RunError> {
-    let coord: Arc<dyn Coordinator> = if cfg.embedded() {
-        Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)))
-    } else {
-        Arc::new(RedisCoordinator::from_config(&cfg.redis).map_err(|e| RunError(e.to_string()))?)
-    };
-    let (runtime, why) = crate::runtime::connect(cfg, pods);
-    tracing::info!(runtime = %runtime.describe(), "{why}");
-    let mut sinks: Vec<Arc<dyn AlertSink>> = Vec::new();
-    if !cfg.alerts.webhook_url.is_empty() {
-        let a = &cfg.alerts;
-        sinks.push(Arc::new(
-            WebhookSink::new(a.webhook_url.expose(), &a.page_mention, a.timeout, a.attempts)
-                .with_format(a.format, a.routing_key.expose())
-                .with_headers(a.headers.iter().map(|(n, v)| (n.as_str(), v.expose()))),
-        ));
-    }
-    if !cfg.alerts.alertmanager_url.is_empty() {
-        sinks.push(Arc::new(AlertmanagerSink::new(
-            cfg.alerts.alertmanager_url.expose(),
-            cfg.alerts.timeout,
-            cfg.alerts.attempts,
-            cfg.alerts.alertmanager_repost,
-        )));
-    }
-    let sink: Option<Arc<dyn AlertSink>> = match sinks.len() {
-        0 => None,
-        1 => sinks.pop(),
-        _ => Some(Arc::new(Fanout(sinks))),
-    };
-    Ok(Adapters { coord, runtime, metrics: Arc::new(Metrics::new()), sink })
 }
 
 async fn node_api(cfg: &Config) -> Option<Arc<dyn NodeApi>> {
@@ -139,72 +113,7 @@ async fn node_api(cfg: &Config) -> Option<Arc<dyn NodeApi>> {
         return None;
     }
     let lost = "Kubernetes API unavailable: the Node will not show maintenance state";
-    Some(connected(KubeNodeApi::connect(&cfg.kubernetes.api_url), lost).await?)
-}
-
-/// Start the Node source when the Kubernetes API is on: this machine's Node read every
-/// `kubernetes.read_interval`, published on the returned channel (`None` until the first read;
-/// see `crate::node::info`), and the reader (for a fresh look at SIGTERM). Off, the
-/// channel stays `None` and closes.
-async fn node_source(
-    cfg: &Config,
-    metrics: &Arc<Metrics>,
-    tracker: &TaskTracker,
-    stop: &CancellationToken,
-) -> (NodeInfoRx, Option<Arc<dyn NodeReader>>) {
-    let (tx, rx) = crate::node::info::channel();
-    if !cfg.kubernetes_on() {
-        return (rx, None);
-    }
-    let lost = "Kubernetes API unavailable: the Node's labels (pool, provisioning, GKE maintenance) will not be read";
-    let Some(reader) = connected(KubeNodeReader::connect(&cfg.kubernetes.api_url), lost).await
-    else {
-        return (rx, None);
-    };
-    let reader: Arc<dyn NodeReader> = reader;
-    tracker.spawn(crate::node::info::follow(
-        reader.clone(),
-        cfg.node_name.clone(),
-        cfg.kubernetes.read_interval,
-        tx,
-        metrics.clone(),
-        stop.clone(),
-    ));
-    (rx, Some(reader))
-}
-
-/// Start the metadata watcher (unless `metadata.enabled = off`); the receiver closes when there
-/// is none.
-fn metadata_watcher(
-    cfg: &Config,
-    warnings: Warnings,
-    metrics: &Arc<Metrics>,
-    tracker: &TaskTracker,
-    stop: &CancellationToken,
-) -> watch::Receiver<RawMetadata> {
-    let (tx, rx) = watch::channel(RawMetadata::default());
-    if cfg.metadata.enabled == Switch::Off {
-        return rx;
-    }
-    let client = MetadataClient::for_host(&cfg.metadata.host, Duration::from_secs(5));
-    let Ok(client) = client.inspect_err(|e| tracing::error!(error = %e, "metadata watcher off"))
-    else {
-        return rx;
-    };
-    let watch_cfg = WatchConfig {
-        timeout_sec: cfg.metadata.timeout_sec,
-        // `on` means the operator knows this is GCE: keep trying at start-up (the network may
-        // come up late) rather than switch the watcher off.
-        startup_attempts: if cfg.metadata.enabled == Switch::On {
-            u32::MAX
-        } else {
-            WatchConfig::default().startup_attempts
-        },
-        warnings: Some(warnings),
-        ..WatchConfig::default()
-    };
-    tracker.spawn(watch_with(client, tx, metrics.clone(), stop.clone(), watch_cfg));
-    rx
+    Some(connected(cfg, KubeNodeApi::connect(&cfg.kubernetes.api_url), lost).await?)
 }
 
 /// Wire the production adapters and run until SIGTERM/SIGINT (or `signals.term`), then drain:
@@ -216,100 +125,55 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     let Signals { stop, term, reload } = signals;
     // Whatever way this function returns, every task it started stops.
     let _stop_all = stop.clone().drop_guard();
-    let tracker = TaskTracker::new();
-    tracker.spawn(release_start_up_code(stop.clone()));
-    let pods = pod_api(&cfg).await;
-    let a = adapters(&cfg, pods.clone())?;
+    let w = Wiring::new(cfg, stop).await?;
     // NB: restarts wait for the controller's first reads of the node (`first_reads`).
-    let facts = crate::node::controller::facts_at_start(cfg.metadata.first_read_wait);
-    let notifier = Notifier::new(a.sink.clone(), a.metrics.clone());
+    let facts = crate::node::controller::facts_at_start(w.cfg.metadata.first_read_wait);
+    let notifier = Notifier::new(w.sink.clone(), w.metrics.clone());
     let mut agent =
-        Agent::new(cfg.clone(), a.coord.clone(), a.runtime.clone(), notifier, a.metrics.clone())
+        Agent::new(w.cfg.clone(), w.coord.clone(), w.runtime.clone(), notifier, w.metrics.clone())
             .with_facts(facts.clone())
             .with_reload(reload);
     let warnings = agent.health.warnings.clone();
-    let meta_rx = metadata_watcher(&cfg, warnings.clone(), &a.metrics, &tracker, &stop);
-    let (gpu_rx, dra) = gpu::gpu_health(&cfg, pods.clone(), warnings, &tracker, &stop).await;
+    let meta_rx = w.metadata_watcher(warnings.clone());
+    let (gpu_rx, dra) =
+        gpu::gpu_health(&w.cfg, w.pods.clone(), warnings, &w.tracker, &w.stop).await;
     agent = agent.with_gpu(gpu_rx.clone());
     // NB: the one Node source; every part that needs the Node's facts gets a clone of `node_rx`.
-    let (node_rx, node_reader) = node_source(&cfg, &a.metrics, &tracker, &stop).await;
+    let (node_rx, node_reader) = w.node_source().await;
     agent = agent.with_node_info(node_rx.clone());
-    let tpu_rx = tpu_monitor(&cfg, node_rx.clone(), &tracker, &stop);
+    let tpu_rx = w.tpu_monitor(node_rx.clone());
     agent = agent.with_tpu(tpu_rx.clone());
     let (slow_tx, slow_rx) = tokio::sync::watch::channel(Default::default());
     agent = agent.with_slow_named(slow_tx);
     let mut controller = Controller::new(
-        cfg.clone(),
-        a.coord.clone(),
-        a.runtime.clone(),
-        a.metrics.clone(),
+        w.cfg.clone(),
+        w.coord.clone(),
+        w.runtime.clone(),
+        w.metrics.clone(),
         agent.trail(),
     )
     .with_facts(facts)
-    .with_pod_witnesses(pods, crate::runtime::devices(&cfg))
+    .with_pod_witnesses(w.pods.clone(), crate::runtime::devices(&w.cfg))
     .with_tpu(tpu_rx)
     .with_slow_named(slow_rx)
     .with_node_info(node_rx, node_reader)
-    .with_notifier(Notifier::new(a.sink.clone(), a.metrics.clone()));
-    if let Some(api) = node_api(&cfg).await {
+    .with_notifier(Notifier::new(w.sink.clone(), w.metrics.clone()));
+    if let Some(api) = node_api(&w.cfg).await {
         controller = controller.with_node_api(api);
         if let Some(taints) = dra {
             controller = controller.with_device_taints(taints);
         }
     }
     let controller_done =
-        tracker.spawn(controller.run(meta_rx, gpu_rx, term.clone(), stop.clone()));
-    start_servers(&cfg, &a, &agent, &tracker, &stop).await?;
-    background_loops(&cfg, &a, &agent, &tracker, &stop);
+        w.tracker.spawn(controller.run(meta_rx, gpu_rx, term.clone(), w.stop.clone()));
+    w.start_servers(&agent).await?;
+    w.background_loops(&agent);
     // The restart loop stops at SIGTERM; the controller then checkpoints the workers.
-    let cycle = tracker.spawn(agent.run(term.clone()));
+    let cycle = w.tracker.spawn(agent.run(term.clone()));
     if let Some(why) = signals::until_term_or_end(cycle, &term).await {
         return Err(RunError(why));
     }
-    drain(&cfg, &tracker, controller_done, &stop).await
-}
-
-/// The loops beside the cycle: the node record's own heartbeat and the drills' export.
-fn background_loops(
-    cfg: &Config,
-    a: &Adapters,
-    agent: &Agent,
-    tracker: &TaskTracker,
-    stop: &CancellationToken,
-) {
-    // A separate heartbeat, so a long cycle (a restart can take minutes) never lets the node
-    // record expire and the fleet view call a working node down.
-    tracker.spawn(crate::fleet::heartbeat::heartbeat_loop(
-        a.coord.clone(),
-        agent.keys().clone(),
-        agent.heartbeat_record(),
-        cfg.poll_interval,
-        cfg.fleet.heartbeat_ttl,
-        stop.clone(),
-    ));
-    // The drills whose target's first node this is, as metrics (`vigil drill checkpoint`).
-    tracker.spawn(crate::maintenance::drill::export_loop(
-        a.coord.clone(),
-        agent.keys().clone(),
-        a.metrics.clone(),
-        DRILL_EXPORT_EVERY,
-        stop.clone(),
-    ));
-}
-
-/// The TPU monitor (`crate::accel::tpu::monitor`), following the Node source for the chips the Node
-/// advertises.
-fn tpu_monitor(
-    cfg: &Config,
-    node_rx: crate::node::info::NodeInfoRx,
-    tracker: &TaskTracker,
-    stop: &CancellationToken,
-) -> watch::Receiver<TpuReport> {
-    let (tx, rx) = watch::channel(TpuReport::default());
-    let (expected_tx, expected_rx) = watch::channel(None);
-    crate::accel::tpu::monitor::start(&cfg.tpu, expected_rx, tx, stop.child_token());
-    tracker.spawn(follow_tpu_chips(node_rx, expected_tx, stop.clone()));
-    rx
+    w.drain(controller_done).await
 }
 
 /// Hands the TPU monitor the chips the Node advertises (allocatable `google.com/tpu`, as the
@@ -334,113 +198,224 @@ async fn follow_tpu_chips(
     }
 }
 
-/// The read-only metrics and probes server (`server.listen`) and the worker API
-/// (`[worker_api]`), each on its own listener.
-async fn start_servers(
-    cfg: &Config,
-    a: &Adapters,
-    agent: &Agent,
-    tracker: &TaskTracker,
-    stop: &CancellationToken,
-) -> Result<(), RunError> {
-    if let Some(addr) = cfg.server.listen {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| RunError(format!("server.listen {addr}: cannot bind: {e}")))?;
-        let state = ServerState {
-            metrics: a.metrics.clone(),
-            health: agent.health.clone(),
-            coord: a.coord.clone(),
-            runtime: Arc::new(a.runtime.clone()),
-            max_cycle_age: cfg.poll_interval * 3 + cfg.safety.lock_ttl,
-            keys: agent.keys().clone(),
-            status: Arc::new(crate::fleet::view::StatusPage {
-                timing: crate::hang::policy_gang::Timing::of(cfg),
-            }),
+impl Wiring {
+    /// The production adapters for `cfg`, after the start-up code's release is timed (`memory`).
+    async fn new(cfg: Config, stop: CancellationToken) -> Result<Wiring, RunError> {
+        let tracker = TaskTracker::new();
+        tracker.spawn(release_start_up_code(stop.clone()));
+        let pods = pod_api(&cfg).await;
+        let coord: Arc<dyn Coordinator> = if cfg.embedded() {
+            Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)))
+        } else {
+            let redis = RedisCoordinator::from_config(&cfg.redis);
+            Arc::new(redis.map_err(|e| RunError(e.to_string()))?)
         };
-        tracing::info!(%addr, "serving /metrics /healthz /readyz (read-only)");
-        tracker.spawn(server::serve(listener, state, stop.clone()));
-    }
-    let worker_api = WorkerApiState {
-        coord: a.coord.clone(),
-        keys: agent.keys().clone(),
-        metrics: a.metrics.clone(),
-        directory: Arc::new(a.runtime.clone()),
-        tcp_auth: cfg.worker_api.auth,
-        reviewer: None,
-        procfs: Procfs::default(),
-        max_grace: cfg.policy.max_grace,
-        reviews: WorkerApiState::review_budget(),
-    };
-    start_worker_api(cfg, worker_api, tracker, stop).await
-}
-
-/// The worker write API's listeners, when configured (`[worker_api]`). A listener that cannot
-/// start, or token authentication without an API server to review tokens, stops the agent: a
-/// worker API that silently is not there would leave every worker looking hung.
-async fn start_worker_api(
-    cfg: &Config,
-    mut state: WorkerApiState,
-    tracker: &TaskTracker,
-    stop: &CancellationToken,
-) -> Result<(), RunError> {
-    let api = &cfg.worker_api;
-    if let Some(addr) = api.listen {
-        if api.auth == WorkerAuth::Kubernetes {
-            let review = KubeTokenReview::connect(&cfg.kubernetes.api_url, &api.audience)
-                .await
-                .map_err(|e| {
-                    RunError(format!(
-                        "worker_api.auth = \"kubernetes\": no Kubernetes API client to review workers' tokens: {e}"
-                    ))
-                })?;
-            state.reviewer = Some(Arc::new(CachedReviews::new(review, api.review_cache)));
+        let (runtime, why) = crate::runtime::connect(&cfg, pods.clone());
+        tracing::info!(runtime = %runtime.describe(), "{why}");
+        let mut sinks: Vec<Arc<dyn AlertSink>> = Vec::new();
+        if !cfg.alerts.webhook_url.is_empty() {
+            let a = &cfg.alerts;
+            sinks.push(Arc::new(
+                WebhookSink::new(a.webhook_url.expose(), &a.page_mention, a.timeout, a.attempts)
+                    .with_format(a.format, a.routing_key.expose())
+                    .with_headers(a.headers.iter().map(|(n, v)| (n.as_str(), v.expose()))),
+            ));
         }
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| RunError(format!("worker_api.listen {addr}: cannot bind: {e}")))?;
-        tracing::info!(%addr, auth = api.auth.as_str(), "serving the worker API");
-        tracker.spawn(worker_api::serve(listener, state.clone(), stop.clone()));
+        if !cfg.alerts.alertmanager_url.is_empty() {
+            sinks.push(Arc::new(AlertmanagerSink::new(
+                cfg.alerts.alertmanager_url.expose(),
+                cfg.alerts.timeout,
+                cfg.alerts.attempts,
+                cfg.alerts.alertmanager_repost,
+            )));
+        }
+        let sink: Option<Arc<dyn AlertSink>> = match sinks.len() {
+            0 => None,
+            1 => sinks.pop(),
+            _ => Some(Arc::new(Fanout(sinks))),
+        };
+        let metrics = Arc::new(Metrics::new());
+        Ok(Wiring { cfg, pods, coord, runtime, metrics, sink, tracker, stop })
     }
-    if !api.socket.as_os_str().is_empty() {
-        let listener = bind_unix(&api.socket).map_err(|e| {
-            RunError(format!("worker_api.socket {}: cannot listen: {e}", api.socket.display()))
-        })?;
-        tracing::info!(socket = %api.socket.display(), "serving the worker API to this host's containers");
-        let peers = UnixPeers { listener, procfs: Procfs::default() };
-        tracker.spawn(worker_api::serve(peers, state, stop.clone()));
-    }
-    Ok(())
-}
 
-/// Everything after SIGTERM must end before the pod's grace period, or the kubelet kills us
-/// mid-checkpoint. The deadline starts at the signal, not when the restart loop finishes its
-/// cycle: first the checkpoint round (the controller returns when it is recorded), then every
-/// other task.
-async fn drain(
-    cfg: &Config,
-    tracker: &TaskTracker,
-    controller: tokio::task::JoinHandle<()>,
-    stop: &CancellationToken,
-) -> Result<(), RunError> {
-    let deadline =
-        tokio::time::Instant::now() + cfg.checkpoint.grace.saturating_sub(Duration::from_secs(1));
-    let checkpointed = tokio::time::timeout_at(deadline, controller).await.is_ok();
-    stop.cancel();
-    tracker.close();
-    // The rest only has to notice the token; a short wait is plenty, within the deadline.
-    let rest = (tokio::time::Instant::now() + Duration::from_secs(3)).min(deadline);
-    let settled = tokio::time::timeout_at(rest, tracker.wait()).await.is_ok();
-    if !checkpointed {
-        tracing::error!("the grace period is about to end before the checkpoint round was recorded: exiting now");
-        return Err(RunError(format!(
-            "drain ran out of time: the checkpoint round did not finish within checkpoint.grace ({}) - 1s",
-            humantime::format_duration(cfg.checkpoint.grace)
-        )));
+    /// Start the Node source when the Kubernetes API is on: this machine's Node read every
+    /// `kubernetes.read_interval`, published on the returned channel (`None` until the first read;
+    /// see `crate::node::info`), and the reader (for a fresh look at SIGTERM). Off, the
+    /// channel stays `None` and closes.
+    async fn node_source(&self) -> (NodeInfoRx, Option<Arc<dyn NodeReader>>) {
+        let (tx, rx) = crate::node::info::channel();
+        let lost = "Kubernetes API unavailable: the Node's labels (pool, provisioning, GKE maintenance) will not be read";
+        let connect = KubeNodeReader::connect(&self.cfg.kubernetes.api_url);
+        let Some(reader) = connected(&self.cfg, connect, lost).await else {
+            return (rx, None);
+        };
+        let reader: Arc<dyn NodeReader> = reader;
+        self.tracker.spawn(crate::node::info::follow(
+            reader.clone(),
+            self.cfg.node_name.clone(),
+            self.cfg.kubernetes.read_interval,
+            tx,
+            self.metrics.clone(),
+            self.stop.clone(),
+        ));
+        (rx, Some(reader))
     }
-    if !settled {
-        tracing::warn!("some tasks did not stop in time; exiting without them");
+
+    /// Start the metadata watcher (unless `metadata.enabled = off`); the receiver closes when
+    /// there is none.
+    fn metadata_watcher(&self, warnings: Warnings) -> watch::Receiver<RawMetadata> {
+        let (tx, rx) = watch::channel(RawMetadata::default());
+        let meta = &self.cfg.metadata;
+        if meta.enabled == Switch::Off {
+            return rx;
+        }
+        let client = MetadataClient::for_host(&meta.host, Duration::from_secs(5))
+            .inspect_err(|e| tracing::error!(error = %e, "metadata watcher off"));
+        let Ok(client) = client else {
+            return rx;
+        };
+        let watch_cfg = WatchConfig {
+            timeout_sec: meta.timeout_sec,
+            // `on` means the operator knows this is GCE: keep trying at start-up (the network may
+            // come up late) rather than switch the watcher off.
+            startup_attempts: if meta.enabled == Switch::On {
+                u32::MAX
+            } else {
+                WatchConfig::default().startup_attempts
+            },
+            warnings: Some(warnings),
+            ..WatchConfig::default()
+        };
+        let (metrics, stop) = (self.metrics.clone(), self.stop.clone());
+        self.tracker.spawn(watch_with(client, tx, metrics, stop, watch_cfg));
+        rx
     }
-    tracing::info!("vigil exited cleanly");
-    Ok(())
+
+    /// The TPU monitor (`crate::accel::tpu::monitor`), following the Node source for the chips the
+    /// Node advertises.
+    fn tpu_monitor(&self, node_rx: NodeInfoRx) -> watch::Receiver<TpuReport> {
+        let (tx, rx) = watch::channel(TpuReport::default());
+        let (expected_tx, expected_rx) = watch::channel(None);
+        crate::accel::tpu::monitor::start(&self.cfg.tpu, expected_rx, tx, self.stop.child_token());
+        self.tracker.spawn(follow_tpu_chips(node_rx, expected_tx, self.stop.clone()));
+        rx
+    }
+
+    /// The loops beside the cycle: the node record's own heartbeat and the drills' export.
+    fn background_loops(&self, agent: &Agent) {
+        // A separate heartbeat, so a long cycle (a restart can take minutes) never lets the node
+        // record expire and the fleet view call a working node down.
+        self.tracker.spawn(crate::fleet::heartbeat::heartbeat_loop(
+            self.coord.clone(),
+            agent.keys().clone(),
+            agent.heartbeat_record(),
+            self.cfg.poll_interval,
+            self.cfg.fleet.heartbeat_ttl,
+            self.stop.clone(),
+        ));
+        // The drills whose target's first node this is, as metrics (`vigil drill checkpoint`).
+        self.tracker.spawn(crate::maintenance::drill::export_loop(
+            self.coord.clone(),
+            agent.keys().clone(),
+            self.metrics.clone(),
+            DRILL_EXPORT_EVERY,
+            self.stop.clone(),
+        ));
+    }
+
+    /// The read-only metrics and probes server (`server.listen`) and the worker API
+    /// (`[worker_api]`), each on its own listener.
+    async fn start_servers(&self, agent: &Agent) -> Result<(), RunError> {
+        let cfg = &self.cfg;
+        if let Some(addr) = cfg.server.listen {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| RunError(format!("server.listen {addr}: cannot bind: {e}")))?;
+            let state = ServerState {
+                metrics: self.metrics.clone(),
+                health: agent.health.clone(),
+                coord: self.coord.clone(),
+                runtime: Arc::new(self.runtime.clone()),
+                max_cycle_age: cfg.poll_interval * 3 + cfg.safety.lock_ttl,
+                keys: agent.keys().clone(),
+                status: Arc::new(crate::fleet::view::StatusPage {
+                    timing: crate::hang::policy_gang::Timing::of(cfg),
+                }),
+            };
+            tracing::info!(%addr, "serving /metrics /healthz /readyz (read-only)");
+            self.tracker.spawn(server::serve(listener, state, self.stop.clone()));
+        }
+        let worker_api = WorkerApiState {
+            coord: self.coord.clone(),
+            keys: agent.keys().clone(),
+            metrics: self.metrics.clone(),
+            directory: Arc::new(self.runtime.clone()),
+            tcp_auth: cfg.worker_api.auth,
+            reviewer: None,
+            procfs: Procfs::default(),
+            max_grace: cfg.policy.max_grace,
+            reviews: WorkerApiState::review_budget(),
+        };
+        self.start_worker_api(worker_api).await
+    }
+
+    /// The worker write API's listeners, when configured (`[worker_api]`). A listener that cannot
+    /// start, or token authentication without an API server to review tokens, stops the agent: a
+    /// worker API that silently is not there would leave every worker looking hung.
+    async fn start_worker_api(&self, mut state: WorkerApiState) -> Result<(), RunError> {
+        let api = &self.cfg.worker_api;
+        if let Some(addr) = api.listen {
+            if api.auth == WorkerAuth::Kubernetes {
+                let review = KubeTokenReview::connect(&self.cfg.kubernetes.api_url, &api.audience)
+                    .await
+                    .map_err(|e| {
+                        RunError(format!(
+                            "worker_api.auth = \"kubernetes\": no Kubernetes API client to review workers' tokens: {e}"
+                        ))
+                    })?;
+                state.reviewer = Some(Arc::new(CachedReviews::new(review, api.review_cache)));
+            }
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| RunError(format!("worker_api.listen {addr}: cannot bind: {e}")))?;
+            tracing::info!(%addr, auth = api.auth.as_str(), "serving the worker API");
+            self.tracker.spawn(worker_api::serve(listener, state.clone(), self.stop.clone()));
+        }
+        if !api.socket.as_os_str().is_empty() {
+            let listener = bind_unix(&api.socket).map_err(|e| {
+                RunError(format!("worker_api.socket {}: cannot listen: {e}", api.socket.display()))
+            })?;
+            tracing::info!(socket = %api.socket.display(), "serving the worker API to this host's containers");
+            let peers = UnixPeers { listener, procfs: Procfs::default() };
+            self.tracker.spawn(worker_api::serve(peers, state, self.stop.clone()));
+        }
+        Ok(())
+    }
+
+    /// Everything after SIGTERM must end before the pod's grace period, or the kubelet kills us
+    /// mid-checkpoint. The deadline starts at the signal, not when the restart loop finishes its
+    /// cycle: first the checkpoint round (the controller returns when it is recorded), then every
+    /// other task.
+    async fn drain(&self, controller: tokio::task::JoinHandle<()>) -> Result<(), RunError> {
+        let grace = self.cfg.checkpoint.grace;
+        let deadline = tokio::time::Instant::now() + grace.saturating_sub(Duration::from_secs(1));
+        let checkpointed = tokio::time::timeout_at(deadline, controller).await.is_ok();
+        self.stop.cancel();
+        self.tracker.close();
+        // The rest only has to notice the token; a short wait is plenty, within the deadline.
+        let rest = (tokio::time::Instant::now() + Duration::from_secs(3)).min(deadline);
+        let settled = tokio::time::timeout_at(rest, self.tracker.wait()).await.is_ok();
+        if !checkpointed {
+            tracing::error!("the grace period is about to end before the checkpoint round was recorded: exiting now");
+            return Err(RunError(format!(
+                "drain ran out of time: the checkpoint round did not finish within checkpoint.grace ({}) - 1s",
+                humantime::format_duration(grace)
+            )));
+        }
+        if !settled {
+            tracing::warn!("some tasks did not stop in time; exiting without them");
+        }
+        tracing::info!("vigil exited cleanly");
+        Ok(())
+    }
 }

@@ -13,7 +13,7 @@ use crate::alerts::{AlertKind, Notifier};
 use crate::clock::{hhmmss, Clock, FakeClock, Millis};
 use crate::config::Config;
 use crate::coord::memory::MemoryCoordinator;
-use crate::coord::{heartbeat_value, Coordinator, Keys};
+use crate::coord::{heartbeat_value, Coordinator};
 use crate::cycle::agent::Agent;
 use crate::metrics::Metrics;
 use crate::node::controller::{Controller, SharedFacts};
@@ -110,7 +110,6 @@ struct Night {
     runtime: FakeRuntime,
     sink: RecordingSink,
     node_api: RecordingNodeApi,
-    keys: Keys,
     agent: Agent,
     controller: Controller,
     /// The worker process is alive (it acknowledges checkpoint requests).
@@ -142,17 +141,11 @@ impl Night {
             metrics.clone(),
         )
         .with_facts(facts.clone());
-        let controller = Controller::new(
-            cfg.clone(),
-            coord.clone(),
-            Arc::new(runtime.clone()),
-            metrics,
-            agent.trail(),
-        )
-        .with_node_api(Arc::new(node_api.clone()))
-        .with_facts(facts);
+        let controller =
+            Controller::new(cfg, coord.clone(), Arc::new(runtime.clone()), metrics, agent.trail())
+                .with_node_api(Arc::new(node_api.clone()))
+                .with_facts(facts);
         Night {
-            keys: Keys::new(&cfg.redis.key_prefix, NODE),
             clock,
             coord,
             runtime,
@@ -173,7 +166,7 @@ impl Night {
     /// The worker process: acknowledges checkpoint requests while it is alive.
     fn spawn_acker(&self) -> tokio::task::JoinHandle<()> {
         let coord = self.coord.clone();
-        let key = self.keys.status(WORKER);
+        let key = self.agent.keys().status(WORKER);
         let alive = self.alive.clone();
         tokio::spawn(async move {
             loop {
@@ -207,7 +200,7 @@ impl Night {
                 ("progress".into(), format!("step-{}", self.step)),
             ];
             self.coord
-                .hset(&self.keys.status(WORKER), &fields, None)
+                .hset(&self.agent.keys().status(WORKER), &fields, None)
                 .await
                 .map_err(std::io::Error::other)?;
         }
@@ -255,7 +248,7 @@ impl Night {
 
     /// The decision trail's new entries.
     async fn print_decisions(&mut self, out: &mut dyn Write, now: Millis) -> std::io::Result<()> {
-        let trail = self.coord.read_recent(&self.keys.trail(), 10_000).await;
+        let trail = self.coord.read_recent(&self.agent.keys().trail(), 10_000).await;
         let trail = trail.map_err(std::io::Error::other)?;
         for (_, e) in trail.iter().rev().skip(self.printed_trail) {
             let field = |k: &str| e.get(k).map(String::as_str).unwrap_or("");

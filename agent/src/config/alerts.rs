@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, has_scheme, ConfigError};
+use super::{bad, bad_if, has_scheme, ConfigError};
 use crate::redact::{Hidden, Secret, Webhook};
 
 /// The body a webhook gets (`alerts.format`).
@@ -70,44 +70,38 @@ const MAX_ATTEMPTS: u32 = 10;
 impl AlertsConfig {
     /// At least one attempt, and a webhook that is an HTTP URL (or none).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if !(1..=MAX_ATTEMPTS).contains(&self.attempts) {
-            return bad(
-                "alerts.attempts",
-                format!("must be 1 to {MAX_ATTEMPTS}: every attempt and its backoff are held inside the node lock (safety.lock_ttl)"),
-            );
-        }
+        bad_if(
+            !(1..=MAX_ATTEMPTS).contains(&self.attempts),
+            "alerts.attempts",
+            format!("must be 1 to {MAX_ATTEMPTS}: every attempt and its backoff are held inside the node lock (safety.lock_ttl)"),
+        )?;
         let url = self.webhook_url.expose();
         if !url.is_empty() && !has_scheme(url, &["http://", "https://"]) {
             return bad("alerts.webhook_url", "must be an http:// or https:// URL");
         }
-        if self.format == WebhookFormat::Pagerduty
-            && !self.webhook_url.is_empty()
-            && self.routing_key.is_empty()
-        {
-            return bad(
-                "alerts.routing_key",
-                "is needed with format = \"pagerduty\" (the integration's routing key, or env VIGIL_PAGERDUTY_ROUTING_KEY)",
-            );
-        }
+        bad_if(
+            self.format == WebhookFormat::Pagerduty
+                && !self.webhook_url.is_empty()
+                && self.routing_key.is_empty(),
+            "alerts.routing_key",
+            "is needed with format = \"pagerduty\" (the integration's routing key, or env VIGIL_PAGERDUTY_ROUTING_KEY)",
+        )?;
         for (name, value) in &self.headers {
             if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
                 return bad("alerts.headers", "a header name is not a valid HTTP header name");
             }
-            if reqwest::header::HeaderValue::from_str(value.expose()).is_err() {
-                return bad(
-                    "alerts.headers",
-                    format!("the value of {name} is not a valid HTTP header value"),
-                );
-            }
+            bad_if(
+                reqwest::header::HeaderValue::from_str(value.expose()).is_err(),
+                "alerts.headers",
+                format!("the value of {name} is not a valid HTTP header value"),
+            )?;
         }
         let am = self.alertmanager_url.expose();
-        if !am.is_empty() && !has_scheme(am, &["http://", "https://"]) {
-            return bad(
-                "alerts.alertmanager_url",
-                "must be an http:// or https:// URL (Alertmanager's base, e.g. http://alertmanager:9093)",
-            );
-        }
-        Ok(())
+        bad_if(
+            !am.is_empty() && !has_scheme(am, &["http://", "https://"]),
+            "alerts.alertmanager_url",
+            "must be an http:// or https:// URL (Alertmanager's base, e.g. http://alertmanager:9093)",
+        )
     }
 }
 

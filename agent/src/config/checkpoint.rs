@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, has_scheme, ConfigError};
+use super::{bad, bad_if, has_scheme, ConfigError};
 use crate::redact::{self, Secret, Urls};
 
 /// A signal a worker may be asked to checkpoint with. SIGKILL and SIGSTOP are not among them:
@@ -173,24 +173,21 @@ pub struct CheckpointConfig {
 impl CheckpointConfig {
     /// A label to read, and budgets that end before the agent is killed.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.label.is_empty() {
-            return bad("checkpoint.label", "must not be empty");
-        }
+        bad_if(self.label.is_empty(), "checkpoint.label", "must not be empty")?;
         for (key, budget) in [
             ("checkpoint.sigterm_budget", self.sigterm_budget),
             ("checkpoint.preemption_budget", self.preemption_budget),
         ] {
             // The drain ends 1 s before the grace: the budget must fit in what is left.
             let room = self.grace.saturating_sub(Duration::from_secs(1));
-            if budget.is_zero() || budget > room {
-                return bad(
-                    key,
-                    format!(
-                        "must be above 0 and at most checkpoint.grace - 1s ({}), so the round ends before the agent exits and the agent exits before it is killed",
-                        humantime::format_duration(room)
-                    ),
-                );
-            }
+            bad_if(
+                budget.is_zero() || budget > room,
+                key,
+                format!(
+                    "must be above 0 and at most checkpoint.grace - 1s ({}), so the round ends before the agent exits and the agent exits before it is killed",
+                    humantime::format_duration(room)
+                ),
+            )?;
         }
         if self.maintenance_budget.is_zero() {
             return bad("checkpoint.maintenance_budget", "must be greater than zero");

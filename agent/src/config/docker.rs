@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, has_scheme, ConfigError};
+use super::{bad_if, has_scheme, ConfigError};
 
 /// The Docker Engine API. The keys that are not Docker-specific are in `[runtime]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
@@ -17,13 +17,11 @@ pub struct DockerConfig {
 impl DockerConfig {
     /// An address the Docker client can dial.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if !has_scheme(&self.host, &["unix://", "tcp://", "http://"]) {
-            return bad(
-                "docker.host",
-                format!("`{}` is not a unix://, tcp:// or http:// address", self.host),
-            );
-        }
-        Ok(())
+        bad_if(
+            !has_scheme(&self.host, &["unix://", "tcp://", "http://"]),
+            "docker.host",
+            format!("`{}` is not a unix://, tcp:// or http:// address", self.host),
+        )
     }
 }
 

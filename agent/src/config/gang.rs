@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, ConfigError};
+use super::{bad, bad_if, ConfigError};
 
 /// What the node a slow gang names gets besides its `VigilSlow` condition (`gang.pace.taint`).
 #[derive(
@@ -120,21 +120,17 @@ pub struct PaceConfig {
 
 impl PaceConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if !(self.slow_fraction > 0.0 && self.slow_fraction < 1.0) {
-            return bad(
-                "gang.pace.slow_fraction",
-                "must be above 0 and below 1 (0.85: slower than 85 % of the baseline)",
-            );
-        }
-        if self.window < Duration::from_secs(1) {
-            return bad("gang.pace.window", "must be at least 1s");
-        }
-        if self.min_steps == 0 || self.learn_windows == 0 {
-            return bad(
-                "gang.pace.min_steps",
-                "gang.pace.min_steps and gang.pace.learn_windows must be at least 1",
-            );
-        }
+        bad_if(
+            !(self.slow_fraction > 0.0 && self.slow_fraction < 1.0),
+            "gang.pace.slow_fraction",
+            "must be above 0 and below 1 (0.85: slower than 85 % of the baseline)",
+        )?;
+        bad_if(self.window < Duration::from_secs(1), "gang.pace.window", "must be at least 1s")?;
+        bad_if(
+            self.min_steps == 0 || self.learn_windows == 0,
+            "gang.pace.min_steps",
+            "gang.pace.min_steps and gang.pace.learn_windows must be at least 1",
+        )?;
         if self.slow_for < self.window {
             return bad("gang.pace.slow_for", "must be at least gang.pace.window");
         }
@@ -144,12 +140,11 @@ impl PaceConfig {
 
 impl GangConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.breaker_per_day == 0 {
-            return bad(
-                "gang.breaker_per_day",
-                "0 is ambiguous: use gang.action = \"alert-only\" to never restart a gang",
-            );
-        }
+        bad_if(
+            self.breaker_per_day == 0,
+            "gang.breaker_per_day",
+            "0 is ambiguous: use gang.action = \"alert-only\" to never restart a gang",
+        )?;
         self.pace.validate()
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, ConfigError, Switch};
+use super::{bad, bad_if, ConfigError, Switch};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
 #[educe(Default)]
@@ -87,9 +87,7 @@ impl GpuConfig {
         if self.sample_interval < Duration::from_secs(1) {
             return bad("gpu.sample_interval", "must be at least 1s");
         }
-        if self.xid_threshold.count == 0 {
-            return bad("gpu.xid_threshold.count", "must be at least 1");
-        }
+        bad_if(self.xid_threshold.count == 0, "gpu.xid_threshold.count", "must be at least 1")?;
         if self.xid_threshold.window < Duration::from_secs(1) {
             return bad("gpu.xid_threshold.window", "must be at least 1s");
         }
@@ -105,21 +103,19 @@ impl GpuConfig {
         {
             return bad("gpu.kubelet_health_interval", "must be 0s (not read) or at least 10s");
         }
-        if !matches!(self.dra_api_version.as_str(), "v1alpha3" | "v1beta2" | "v1") {
-            return bad(
-                "gpu.dra_api_version",
-                format!(
-                    "{:?} is not a version of resource.k8s.io that serves DeviceTaintRule (v1alpha3, v1beta2 or v1)",
-                    self.dra_api_version
-                ),
-            );
-        }
-        if self.device_taints && self.dra_driver.trim().is_empty() {
-            return bad(
-                "gpu.dra_driver",
-                "must name the DRA driver of the GPUs when gpu.device_taints is on",
-            );
-        }
+        bad_if(
+            !matches!(self.dra_api_version.as_str(), "v1alpha3" | "v1beta2" | "v1"),
+            "gpu.dra_api_version",
+            format!(
+                "{:?} is not a version of resource.k8s.io that serves DeviceTaintRule (v1alpha3, v1beta2 or v1)",
+                self.dra_api_version
+            ),
+        )?;
+        bad_if(
+            self.device_taints && self.dra_driver.trim().is_empty(),
+            "gpu.dra_driver",
+            "must name the DRA driver of the GPUs when gpu.device_taints is on",
+        )?;
         match self.xid_actions.keys().find(|k| k.trim().parse::<u64>().is_err()) {
             Some(k) => bad(
                 "gpu.xid_actions",

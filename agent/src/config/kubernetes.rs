@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, has_scheme, ConfigError, Switch};
+use super::{bad, bad_if, has_scheme, ConfigError, Switch};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
 #[educe(Default)]
@@ -34,19 +34,16 @@ impl KubernetesConfig {
         if !self.api_url.is_empty() && !has_scheme(&self.api_url, &["http://", "https://"]) {
             return bad("kubernetes.api_url", "must be an http:// or https:// URL");
         }
-        if self.read_interval < Duration::from_secs(1) {
-            return bad(
-                "kubernetes.read_interval",
-                "must be at least 1s (one GET of the Node each time)",
-            );
-        }
-        if !valid_prefix(&self.label_prefix) {
-            return bad(
-                "kubernetes.label_prefix",
-                "must be a DNS subdomain followed by `/`, e.g. `vigil.dev/`",
-            );
-        }
-        Ok(())
+        bad_if(
+            self.read_interval < Duration::from_secs(1),
+            "kubernetes.read_interval",
+            "must be at least 1s (one GET of the Node each time)",
+        )?;
+        bad_if(
+            !valid_prefix(&self.label_prefix),
+            "kubernetes.label_prefix",
+            "must be a DNS subdomain followed by `/`, e.g. `vigil.dev/`",
+        )
     }
 }
 

@@ -151,6 +151,15 @@ fn bad(key: &'static str, problem: impl Into<String>) -> Result<(), ConfigError>
     Err(ConfigError::Invalid { key, problem: problem.into() })
 }
 
+/// [`bad`] when `broken`: a rule in one call.
+fn bad_if(broken: bool, key: &'static str, problem: impl Into<String>) -> Result<(), ConfigError> {
+    if broken {
+        bad(key, problem)
+    } else {
+        Ok(())
+    }
+}
+
 /// `var`'s value, when it is set, into `slot`.
 fn from_env<T: From<String>>(env: &dyn Env, var: &str, slot: &mut T) {
     if let Some(v) = env.get(var) {
@@ -336,83 +345,71 @@ impl Config {
 
     /// Tokens are reviewed by the API server: `auth = "kubernetes"` needs one.
     fn validate_worker_auth(&self) -> Result<(), ConfigError> {
-        if self.worker_api.listen.is_some()
-            && self.worker_api.auth == WorkerAuth::Kubernetes
-            && !self.kubernetes_on()
-        {
-            return bad(
-                "worker_api.auth",
-                "is \"kubernetes\" (the default), which reviews workers' tokens with the API server, but the \
-                 Kubernetes API is off here (kubernetes.enabled, no in-cluster ServiceAccount, no kubernetes.api_url); \
-                 on a host without Kubernetes serve containers through worker_api.socket, or listen on 127.0.0.1 with auth = \"none\"",
-            );
-        }
-        Ok(())
+        bad_if(
+            self.worker_api.listen.is_some()
+                && self.worker_api.auth == WorkerAuth::Kubernetes
+                && !self.kubernetes_on(),
+            "worker_api.auth",
+            "is \"kubernetes\" (the default), which reviews workers' tokens with the API server, but the \
+             Kubernetes API is off here (kubernetes.enabled, no in-cluster ServiceAccount, no kubernetes.api_url); \
+             on a host without Kubernetes serve containers through worker_api.socket, or listen on 127.0.0.1 with auth = \"none\"",
+        )
     }
 
     fn validate_node_name(&self) -> Result<(), ConfigError> {
-        if self.node_name.trim().is_empty() {
-            return bad("node_name", "is empty and no NODE_NAME or host name was found");
-        }
+        let empty = self.node_name.trim().is_empty();
+        bad_if(empty, "node_name", "is empty and no NODE_NAME or host name was found")?;
         // NB: the node name goes into Redis keys (inside a hash tag), labels of the fleet view
         // and Kubernetes calls: a Kubernetes node name is a DNS subdomain.
-        if !valid_node_name(&self.node_name) {
-            return bad(
-                "node_name",
-                "must be at most 253 characters of a-z A-Z 0-9 . - _ (a Kubernetes node name): no braces, spaces, `:`, `/` or newlines",
-            );
-        }
-        Ok(())
+        bad_if(
+            !valid_node_name(&self.node_name),
+            "node_name",
+            "must be at most 253 characters of a-z A-Z 0-9 . - _ (a Kubernetes node name): no braces, spaces, `:`, `/` or newlines",
+        )
     }
 
     /// `safety.lock_ttl` covers one pass: `runtime` and `alerts` durations (see [`Config::lock_needed`]).
     fn validate_lock_ttl(&self) -> Result<(), ConfigError> {
         let needed = self.lock_needed();
-        if self.safety.lock_ttl < needed {
-            return bad(
-                "safety.lock_ttl",
-                format!(
-                    "{} is shorter than runtime.log_timeout + alert delivery (alerts.timeout x attempts, with backoff) \
-                     + runtime.restart_timeout + {}s margin = {}; the lock could expire mid-restart",
-                    humantime::format_duration(self.safety.lock_ttl),
-                    LOCK_MARGIN.as_secs(),
-                    crate::clock::brief(needed)
-                ),
-            );
-        }
-        Ok(())
+        bad_if(
+            self.safety.lock_ttl < needed,
+            "safety.lock_ttl",
+            format!(
+                "{} is shorter than runtime.log_timeout + alert delivery (alerts.timeout x attempts, with backoff) \
+                 + runtime.restart_timeout + {}s margin = {}; the lock could expire mid-restart",
+                humantime::format_duration(self.safety.lock_ttl),
+                LOCK_MARGIN.as_secs(),
+                crate::clock::brief(needed)
+            ),
+        )
     }
 
     /// `fleet.heartbeat_ttl` outlives two polls.
     fn validate_heartbeat_ttl(&self) -> Result<(), ConfigError> {
-        if self.fleet.heartbeat_ttl < self.poll_interval * 2 {
-            return bad(
-                "fleet.heartbeat_ttl",
-                "must be at least twice poll_interval, or healthy nodes flap to down",
-            );
-        }
-        Ok(())
+        bad_if(
+            self.fleet.heartbeat_ttl < self.poll_interval * 2,
+            "fleet.heartbeat_ttl",
+            "must be at least twice poll_interval, or healthy nodes flap to down",
+        )
     }
 
     /// `opportunistic.enabled` needs a pool to count and a shared Redis. The pool is
     /// `fleet.pool`, or the Node's `cloud.google.com/gke-nodepool` label, read at run time when
     /// the Kubernetes API is on (until that read, no claim is taken).
     fn validate_opportunistic(&self) -> Result<(), ConfigError> {
-        if self.opportunistic.enabled && self.fleet.pool.is_empty() && !self.kubernetes_on() {
-            return bad(
-                "opportunistic.enabled",
-                "needs the node's pool: set fleet.pool (or VIGIL_POOL), or turn the Kubernetes API on \
-                 (kubernetes.enabled) so the pool is read from the Node's cloud.google.com/gke-nodepool \
-                 label; the min_nodes rule counts the node's pool",
-            );
-        }
-        if self.opportunistic.enabled && self.embedded() {
-            return bad(
-                "opportunistic.enabled",
-                "needs Redis (REDIS_URL): the pool claim must be shared by every node",
-            );
-        }
-        Ok(())
+        let on = self.opportunistic.enabled;
+        bad_if(
+            on && self.fleet.pool.is_empty() && !self.kubernetes_on(),
+            "opportunistic.enabled",
+            "needs the node's pool: set fleet.pool (or VIGIL_POOL), or turn the Kubernetes API on \
+             (kubernetes.enabled) so the pool is read from the Node's cloud.google.com/gke-nodepool \
+             label; the min_nodes rule counts the node's pool",
+        )?;
+        bad_if(
+            on && self.embedded(),
+            "opportunistic.enabled",
+            "needs Redis (REDIS_URL): the pool claim must be shared by every node",
+        )
     }
 
     /// The defaults, as a commented TOML file (`vigil config defaults`).

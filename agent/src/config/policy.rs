@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, ConfigError};
+use super::{bad, bad_if, ConfigError};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
 #[educe(Default)]
@@ -108,25 +108,20 @@ impl PolicyConfig {
         if !(l.quantile > 0.5 && l.quantile <= 1.0) {
             return bad("policy.learned.quantile", "must be above 0.5 and at most 1");
         }
-        if l.floor < Duration::from_secs(1) {
-            return bad("policy.learned.floor", "must be at least 1s");
-        }
+        bad_if(l.floor < Duration::from_secs(1), "policy.learned.floor", "must be at least 1s")?;
         if !(5..=256).contains(&l.min_samples) {
             return bad("policy.learned.min_samples", "must be from 5 to 256");
         }
-        if l.restarts && !l.enabled {
-            return bad(
-                "policy.learned.restarts",
-                "needs policy.learned.enabled = true (a restart from a rhythm never learned)",
-            );
-        }
-        if l.history < Duration::from_secs(60) {
-            return bad(
-                "policy.learned.history",
-                "must be at least 1m (how long a rhythm is learned before it restarts anything)",
-            );
-        }
-        Ok(())
+        bad_if(
+            l.restarts && !l.enabled,
+            "policy.learned.restarts",
+            "needs policy.learned.enabled = true (a restart from a rhythm never learned)",
+        )?;
+        bad_if(
+            l.history < Duration::from_secs(60),
+            "policy.learned.history",
+            "must be at least 1m (how long a rhythm is learned before it restarts anything)",
+        )
     }
 }
 

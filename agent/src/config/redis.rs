@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, has_scheme, ConfigError};
+use super::{bad, bad_if, has_scheme, ConfigError};
 use crate::redact::{self, Secret, Urls};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
@@ -84,36 +84,30 @@ impl RedisConfig {
             return bad("redis.key_prefix", "must be non-empty without braces or colons");
         }
         self.validate_urls()?;
-        if self.mode == RedisMode::Sentinel && self.sentinel_service.trim().is_empty() {
-            return bad(
-                "redis.sentinel_service",
-                "is empty: name the master the Sentinels monitor (as in `sentinel monitor NAME ...`)",
-            );
-        }
+        bad_if(
+            self.mode == RedisMode::Sentinel && self.sentinel_service.trim().is_empty(),
+            "redis.sentinel_service",
+            "is empty: name the master the Sentinels monitor (as in `sentinel monitor NAME ...`)",
+        )?;
         if !self.ca_file.is_empty() && !self.url.expose().starts_with("rediss://") {
             return bad("redis.ca_file", "is only used with a rediss:// (TLS) redis.url");
         }
-        if !self.ca_file.is_empty() && self.mode == RedisMode::Sentinel {
-            return bad(
-                "redis.ca_file",
-                "is not used with redis.mode = sentinel (the Sentinels and the master are verified against the system's roots): remove it, or use a certificate those roots sign",
-            );
-        }
-        if self.trail_max_len == 0 {
-            return bad("redis.trail_max_len", "must be at least 1");
-        }
-        Ok(())
+        bad_if(
+            !self.ca_file.is_empty() && self.mode == RedisMode::Sentinel,
+            "redis.ca_file",
+            "is not used with redis.mode = sentinel (the Sentinels and the master are verified against the system's roots): remove it, or use a certificate those roots sign",
+        )?;
+        bad_if(self.trail_max_len == 0, "redis.trail_max_len", "must be at least 1")
     }
 
     /// As many URLs as the mode takes, each one the `redis` crate can open.
     fn validate_urls(&self) -> Result<(), ConfigError> {
         let urls = RedisUrls::parse(self.url.expose()).into_vec();
-        if urls.len() > 1 && self.mode == RedisMode::Single {
-            return bad(
-                "redis.url",
-                "lists several servers: set redis.mode = \"cluster\" (Redis Cluster seed nodes) or \"sentinel\" (the Sentinels)",
-            );
-        }
+        bad_if(
+            urls.len() > 1 && self.mode == RedisMode::Single,
+            "redis.url",
+            "lists several servers: set redis.mode = \"cluster\" (Redis Cluster seed nodes) or \"sentinel\" (the Sentinels)",
+        )?;
         for url in &urls {
             if !has_scheme(url, &["redis://", "rediss://", "unix://"]) {
                 return bad(
@@ -125,13 +119,11 @@ impl RedisConfig {
                 return bad("redis.url", format!("`{}` does not parse: {e}", redact::url(url)));
             }
         }
-        if self.mode != RedisMode::Single && urls.is_empty() {
-            return bad(
-                "redis.url",
-                "is empty: redis.mode = cluster or sentinel needs the servers' addresses",
-            );
-        }
-        Ok(())
+        bad_if(
+            self.mode != RedisMode::Single && urls.is_empty(),
+            "redis.url",
+            "is empty: redis.mode = cluster or sentinel needs the servers' addresses",
+        )
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, ConfigError};
+use super::{bad, bad_if, ConfigError};
 
 /// Where the kubelet serves its PodResources API (`runtime.pod_resources_socket`'s default).
 pub(crate) const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
@@ -77,9 +77,7 @@ pub struct RuntimeConfig {
 impl RuntimeConfig {
     /// A label to select workers by, a restart deadline a hung worker fits in, absolute sockets.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.worker_label.is_empty() {
-            return bad("runtime.worker_label", "must not be empty");
-        }
+        bad_if(self.worker_label.is_empty(), "runtime.worker_label", "must not be empty")?;
         self.validate_restart_timeout()?;
         self.validate_sockets()
     }
@@ -87,19 +85,17 @@ impl RuntimeConfig {
     /// Longer than the stop grace plus one call: a hung worker is killed only when the grace ends.
     fn validate_restart_timeout(&self) -> Result<(), ConfigError> {
         let restart_needs = self.stop_grace + self.call_timeout;
-        if self.restart_timeout <= restart_needs {
-            return bad(
-                "runtime.restart_timeout",
-                format!(
-                    "{} is not longer than runtime.stop_grace + runtime.call_timeout = {}: a worker that ignores SIGTERM \
-                     (any hung one) is killed only when the stop grace ends, and starting it again takes up to a call's time; \
-                     we would give up before the runtime's SIGKILL",
-                    humantime::format_duration(self.restart_timeout),
-                    humantime::format_duration(restart_needs)
-                ),
-            );
-        }
-        Ok(())
+        bad_if(
+            self.restart_timeout <= restart_needs,
+            "runtime.restart_timeout",
+            format!(
+                "{} is not longer than runtime.stop_grace + runtime.call_timeout = {}: a worker that ignores SIGTERM \
+                 (any hung one) is killed only when the stop grace ends, and starting it again takes up to a call's time; \
+                 we would give up before the runtime's SIGKILL",
+                humantime::format_duration(self.restart_timeout),
+                humantime::format_duration(restart_needs)
+            ),
+        )
     }
 
     /// Every socket is an absolute path (the optional ones may be empty).

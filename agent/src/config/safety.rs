@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, ConfigError};
+use super::{bad, bad_if, ConfigError};
 
 /// Room the lock must still have when the restart command starts, beyond the restart timeout.
 pub(crate) const LOCK_MARGIN: Duration = Duration::from_secs(5);
@@ -34,12 +34,11 @@ impl SafetyConfig {
     /// A breaker that is a number or explicitly off, a fleet window a budget can count in. The
     /// lock's TTL against the durations it must cover is checked by `Config::validate`.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.breaker_per_day == 0 && !self.breaker_disabled {
-            return bad(
-                "safety.breaker_per_day",
-                "0 is ambiguous: use dry_run = true to never restart, or safety.breaker_disabled = true to remove the cap",
-            );
-        }
+        bad_if(
+            self.breaker_per_day == 0 && !self.breaker_disabled,
+            "safety.breaker_per_day",
+            "0 is ambiguous: use dry_run = true to never restart, or safety.breaker_disabled = true to remove the cap",
+        )?;
         if self.fleet_budget > 0 && self.fleet_window < Duration::from_secs(1) {
             return bad("safety.fleet_window", "must be at least 1s");
         }

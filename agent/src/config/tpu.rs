@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, ConfigError, Switch};
+use super::{bad, bad_if, ConfigError, Switch};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
 #[educe(Default)]
@@ -41,9 +41,7 @@ impl TpuConfig {
     /// interval (an error must be seen by one sample at least).
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (key, dir) in [("tpu.device_dir", &self.device_dir), ("tpu.sys_dir", &self.sys_dir)] {
-            if !dir.starts_with('/') {
-                return bad(key, "must be an absolute path");
-            }
+            bad_if(!dir.starts_with('/'), key, "must be an absolute path")?;
         }
         if !self.kernel_log.is_empty() && !self.kernel_log.starts_with('/') {
             return bad("tpu.kernel_log", "must be an absolute path, or empty for off");

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, ConfigError};
+use super::{bad, bad_if, ConfigError};
 
 /// The longest a TokenReview's answer may be reused: a revoked token (its pod deleted) stops
 /// working within this bound.
@@ -71,15 +71,12 @@ impl WorkerApiConfig {
                 ),
             );
         }
-        if self.audience.trim().is_empty() {
-            return bad("worker_api.audience", "must not be empty");
-        }
-        if self.review_cache.is_zero() || self.review_cache > MAX_REVIEW_CACHE {
-            return bad(
-                "worker_api.review_cache",
-                "must be above zero and at most 10m (a revoked token must stop working soon)",
-            );
-        }
+        bad_if(self.audience.trim().is_empty(), "worker_api.audience", "must not be empty")?;
+        bad_if(
+            self.review_cache.is_zero() || self.review_cache > MAX_REVIEW_CACHE,
+            "worker_api.review_cache",
+            "must be above zero and at most 10m (a revoked token must stop working soon)",
+        )?;
         if !self.socket.as_os_str().is_empty() && !self.socket.is_absolute() {
             return bad("worker_api.socket", "must be an absolute path, or empty");
         }

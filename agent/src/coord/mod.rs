@@ -376,12 +376,10 @@ impl<'a> dyn Coordinator + 'a {
         keys: &[String],
     ) -> Result<WorkerRead, CoordError> {
         let one = WorkerKeys { record: record.into(), keys: keys.to_vec() };
-        let read = self.read_workers(std::slice::from_ref(&one)).await?;
+        let mut read = self.read_workers(std::slice::from_ref(&one)).await?;
         // `read_workers` answered one read per worker asked, or failed.
-        read.workers
-            .into_iter()
-            .next()
-            .ok_or_else(|| mismatch(self, "worker read", Reply::Workers(NodeRead::default())))
+        let none = || mismatch(self, "worker read", Reply::Workers(NodeRead::default()));
+        read.workers.pop().ok_or_else(none)
     }
 
     /// Set unconditionally with a TTL.

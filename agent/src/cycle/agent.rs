@@ -47,8 +47,8 @@ pub struct Agent {
     /// The configuration, the node's keys and the adapters, shared with the restart path.
     ctx: Context,
     pub(crate) health: Arc<Health>,
-    /// Identifies this process in the trail (two agents on one node are told apart).
-    pub(crate) instance: String,
+    /// Writes the trail as this process (`journal.trail.instance`: two agents on one node are
+    /// told apart).
     journal: Journal,
     alerts: AlertGate,
     /// Shutdown, maintenance and GPU state of the node, fed by other tasks.
@@ -64,16 +64,13 @@ pub struct Agent {
     /// The node record, re-published by the heartbeat task between cycles.
     record: SharedRecord,
     cycle: Cycle,
-    /// Each watched worker's learned rhythm (`policy.learned`), by worker id: its history is
-    /// the coordinator's (`worker:W:rhythm`), what it saw of the current incarnation is this
-    /// process's (an agent restart sees it anew, meanwhile the fixed rule judges).
-    rhythms: HashMap<String, Rhythm>,
-    /// Each watched gang member's pace (`gang.pace`), by worker id; in memory only.
-    paces: HashMap<String, crate::hang::policy_pace::Pace>,
-    /// The host's pressure and steal (`gang.pace`'s evidence from the host), read once a cycle,
-    /// and what it says this cycle.
+    /// What is kept of each watched worker, by worker id: its learned rhythm
+    /// (`policy.learned`; its history is the coordinator's, `worker:W:rhythm`, what it saw of the
+    /// current incarnation is this process's: an agent restart sees it anew, meanwhile the fixed
+    /// rule judges) and, in a gang, its pace (`gang.pace`; in memory only).
+    kept: HashMap<String, (Rhythm, crate::hang::policy_pace::Pace)>,
+    /// The host's pressure and steal (`gang.pace`'s evidence from the host), read once a cycle.
     host: crate::hang::pressure::HostPressure,
-    host_signals: Vec<String>,
     /// The slow gangs naming a member of this node, for the node controller (`VigilSlow`).
     slow_named: Option<watch::Sender<crate::vocab::node::SlowNamed>>,
     /// The node's previous record's time lost has been taken up (`seed_lost`).
@@ -166,7 +163,6 @@ impl Agent {
             journal: Journal::new(trail),
             alerts: AlertGate::new(&instance),
             health: Arc::new(Health::default()),
-            instance,
             watch: NodeWatch::default(),
             outages: Outages::new(cfg.poll_interval),
             roster: Roster::default(),
@@ -174,11 +170,9 @@ impl Agent {
             gpu: GpuReport::default(),
             record: Default::default(),
             cycle: Cycle::default(),
-            rhythms: HashMap::new(),
-            paces: HashMap::new(),
+            kept: HashMap::new(),
             slow_named: None,
             host: Default::default(),
-            host_signals: Vec::new(),
             lost_seeded: false,
             tally,
             ctx: Context { cfg, keys, coord, runtime, notifier, metrics },
@@ -350,7 +344,7 @@ impl Agent {
         let mut prefetch = self.read_node(&groups).await?;
         let now = self.cycle.now;
         let pace = self.ctx.cfg.gang.pace.enabled;
-        self.host_signals = if pace { self.host.signals(now) } else { Vec::new() };
+        let host = if pace { self.host.signals(now) } else { Vec::new() };
         let mut present: HashSet<String> = HashSet::new();
         for (worker, list) in groups {
             present.insert(worker.clone());
@@ -365,7 +359,7 @@ impl Agent {
                 Some(read) => read,
                 None => marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, &worker).await?,
             };
-            let v = self.evaluate_one(&list[0], read).await?;
+            let v = self.evaluate_one(&list[0], read, &host).await?;
             report.verdicts.push((worker, v));
         }
         self.forget_the_gone(report, &present).await;
@@ -396,7 +390,7 @@ impl Agent {
         let Some(tx) = &self.slow_named else { return };
         let on = self.ctx.cfg.gang.pace.enabled;
         let named: crate::vocab::node::SlowNamed =
-            self.paces.values().filter(|_| on).filter_map(|p| p.named.clone()).collect();
+            self.kept.values().filter(|_| on).filter_map(|(_, p)| p.named.clone()).collect();
         tx.send_if_modified(|now| std::mem::replace(now, named) != *now);
     }
 
@@ -407,17 +401,17 @@ impl Agent {
         let judged: HashSet<&str> = report.verdicts.iter().map(|(w, _)| w.as_str()).collect();
         self.ctx.metrics.workers.retain(|w| judged.contains(w));
         self.ctx.metrics.pace.retain(|w| judged.contains(w));
-        self.rhythms.retain(|w, _| judged.contains(w.as_str()));
-        self.paces.retain(|w, _| judged.contains(w.as_str()));
+        self.kept.retain(|w, _| judged.contains(w.as_str()));
         self.ctx.notifier.retain(self.ctx.keys.node(), present).await;
     }
 
     /// One worker, with its read (the cycle's, or its own when the cycle's is no longer as good:
-    /// see [`Prefetch`]) and the node's state for it.
+    /// see [`Prefetch`]), the node's state for it and what the host's pressure says this cycle.
     async fn evaluate_one(
         &mut self,
         c: &Container,
         read: WorkerRead,
+        host: &[String],
     ) -> Result<Verdict, CoordError> {
         let now = read.now;
         self.cycle.now = now;
@@ -436,7 +430,8 @@ impl Agent {
         let now_mono = crate::accel::clock_ms();
         let evidence = gpu_policy::evidence(&self.gpu, gpus, now_mono, &self.ctx.cfg.gpu);
         let mut slow = crate::accel::gpu::policy_slow::slow_signals(&self.gpu, gpus);
-        slow.extend(self.host_signals.iter().cloned());
+        slow.extend(host.iter().cloned());
+        let (rhythm, pace) = self.kept.entry(c.worker.clone()).or_default();
         let mut path = RestartPath {
             ctx: &self.ctx,
             journal: &mut self.journal,
@@ -446,9 +441,9 @@ impl Agent {
             gpu_evidence: &evidence,
             deferred: &mut self.cycle.deferred,
             gangs: &mut self.cycle.gangs,
-            rhythm: self.rhythms.entry(c.worker.clone()).or_default(),
+            rhythm,
             slow_signals: &slow,
-            pace: self.paces.entry(c.worker.clone()).or_default(),
+            pace,
         };
         path.evaluate(c, read).await
     }
@@ -511,7 +506,7 @@ impl Agent {
             coordinator = %self.ctx.coord.describe(),
             runtime = %self.ctx.runtime.describe(),
             dry_run = self.ctx.cfg.dry_run,
-            instance = %self.instance,
+            instance = %self.journal.trail.instance,
             "vigil agent started"
         );
         let Ok(now) = self.ctx.coord.time().await else {

@@ -281,17 +281,15 @@ impl KubeNodeApi {
             ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
         };
         // `nodes/status` is the resource `nodes`, subresource `status`, to the authorizer.
-        let (base, subresource) = match resource.split_once('/') {
-            Some((r, sub)) => (r, Some(sub.to_string())),
-            None => (resource, None),
-        };
+        let (base, subresource) =
+            resource.split_once('/').map_or((resource, None), |(r, sub)| (r, Some(sub)));
         let review = SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {
                 resource_attributes: Some(ResourceAttributes {
                     group: Some(group.to_string()),
                     verb: Some(verb.to_string()),
                     resource: Some(base.to_string()),
-                    subresource,
+                    subresource: subresource.map(str::to_string),
                     namespace: namespace.map(str::to_string),
                     ..ResourceAttributes::default()
                 }),
@@ -340,17 +338,14 @@ impl KubeNodeApi {
     ) -> Result<(), (Call, kube::Error)> {
         let (recorder, repeat) = self.recorder(key, fresh);
         let started = Instant::now();
-        match recorder.publish(event, regarding).await {
-            Ok(()) => {
-                let mut recorders = self.recorders.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(slot) = recorders.get_mut(key) {
-                    slot.last_ok = Some(started);
-                }
-                Ok(())
-            }
-            Err(e) if repeat => Err((Call::PatchEvent, e)),
-            Err(e) => Err((Call::CreateEvent, e)),
+        if let Err(e) = recorder.publish(event, regarding).await {
+            return Err((if repeat { Call::PatchEvent } else { Call::CreateEvent }, e));
         }
+        let mut recorders = self.recorders.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = recorders.get_mut(key) {
+            slot.last_ok = Some(started);
+        }
+        Ok(())
     }
 }
 

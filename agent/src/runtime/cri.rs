@@ -113,20 +113,18 @@ impl CriRuntime {
     /// must go on.
     async fn fill_gpus(&self, out: &mut [Container]) {
         let Some(src) = self.devices.as_ref().filter(|_| !out.is_empty()) else { return };
-        let gpus = match src.gpus().await {
-            Ok(g) => {
-                if self.devices_failing.swap(false, Ordering::Relaxed) {
-                    tracing::info!(source = %src.describe(), "the workers' GPUs are read again");
-                }
-                g
+        let read = src.gpus().await;
+        // Said when the source fails and when it recovers, not every cycle.
+        match (&read, self.devices_failing.swap(read.is_err(), Ordering::Relaxed)) {
+            (Ok(_), true) => {
+                tracing::info!(source = %src.describe(), "the workers' GPUs are read again")
             }
-            Err(e) => {
-                if !self.devices_failing.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(error = %e, "cannot read the workers' GPUs: every worker counts as using every GPU, so a failed GPU stands all of them down (said once until it recovers)");
-                }
-                return;
+            (Err(e), false) => {
+                tracing::warn!(error = %e, "cannot read the workers' GPUs: every worker counts as using every GPU, so a failed GPU stands all of them down (said once until it recovers)")
             }
-        };
+            _ => {}
+        }
+        let Ok(gpus) = read else { return };
         for c in out {
             if let Some(p) = &c.pod {
                 c.gpus = gpus.get(&p.pod.namespace, &p.pod.name, &p.container);
@@ -163,13 +161,9 @@ impl CriRuntime {
 
     /// Ready sandboxes that opted in, by sandbox id.
     async fn opted_in_sandboxes(&self) -> Result<HashMap<String, Sandbox>, RuntimeError> {
-        let req = ListPodSandboxRequest {
-            filter: Some(PodSandboxFilter {
-                state: Some(PodSandboxStateValue { state: PodSandboxState::SandboxReady as i32 }),
-                ..Default::default()
-            }),
-        };
-        let (req, d) = self.req(req);
+        let ready = Some(PodSandboxStateValue { state: PodSandboxState::SandboxReady as i32 });
+        let filter = Some(PodSandboxFilter { state: ready, ..Default::default() });
+        let (req, d) = self.req(ListPodSandboxRequest { filter });
         let items = within(d, self.client.clone().list_pod_sandbox(req))
             .await
             .map_err(|e| self.classify("list", "*", e, d))?

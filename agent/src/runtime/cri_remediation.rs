@@ -24,15 +24,17 @@ const ENTRY_READ_TTL: Duration = Duration::from_secs(60);
 pub(super) struct Reads(Mutex<HashMap<String, (Instant, Workload)>>);
 
 impl Reads {
-    /// The pod and its owners: from a read younger than [`ENTRY_READ_TTL`] for an entry, fresh
-    /// (and kept) otherwise. Errors are never kept. Kept by the sandbox's pod uid too: a pod
-    /// created again under its name is read afresh.
+    /// The pod and its owners, read on `api` (none: the API is off, an error): from a read
+    /// younger than [`ENTRY_READ_TTL`] for an entry, fresh (and kept) otherwise. Errors are
+    /// never kept. Kept by the sandbox's pod uid too: a pod created again under its name is
+    /// read afresh.
     async fn workload(
         &self,
-        api: &dyn PodApi,
+        api: Option<&dyn PodApi>,
         p: &PodRef,
         stops: Stops,
     ) -> Result<Option<Workload>, PodError> {
+        let Some(api) = api else { return Err(PodError::Unsupported("the Kubernetes API is off")) };
         let key = format!("{}/{}/{}/{}", p.pod.namespace, p.pod.name, p.pod.uid, p.container);
         if stops == Stops::EveryPod {
             let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
@@ -63,10 +65,7 @@ pub(super) async fn of(
         return Remediation::IN_PLACE;
     };
     let (pod, uid) = (format!("{}/{}", p.pod.namespace, p.pod.name), &p.pod.uid);
-    let read = match &pods {
-        Some(api) => reads.workload(*api, p, stops).await,
-        None => Err(crate::kube::pods::PodError::Unsupported("the Kubernetes API is off")),
-    };
+    let read = reads.workload(pods, p, stops).await;
     // NB: the operator's override covers what it always covered — a pod that a stop ends
     // with nothing to bring it back (failed: nothing awaited), or whose controllers cannot
     // be read with the API off (stopped as ever, its next attempt awaited) — never a stop the

@@ -18,6 +18,7 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures_util::StreamExt;
 use tokio::sync::Mutex;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::{Container, ContainerRuntime, RuntimeError};
 use crate::runtime::container::{alert_only, gang_of_pod, visible_gpus, PodIdentity};
@@ -77,16 +78,8 @@ pub struct DockerRuntime {
     call_timeout: Duration,
     client: Mutex<Option<Docker>>,
     cache: Arc<InspectCache>,
-    /// The task following the event stream.
-    events: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
-}
-
-impl Drop for DockerRuntime {
-    fn drop(&mut self) {
-        if let Ok(Some(t)) = self.events.lock().map(|mut e| e.take()) {
-            t.abort();
-        }
-    }
+    /// The task following the event stream (aborted when the runtime is dropped).
+    events: std::sync::Mutex<Option<AbortOnDropHandle<()>>>,
 }
 
 impl DockerRuntime {
@@ -146,7 +139,7 @@ impl DockerRuntime {
         let cache = self.cache.clone();
         cache.forget(None);
         cache.live.store(true, Ordering::SeqCst);
-        *slot = Some(tokio::spawn(async move {
+        *slot = Some(AbortOnDropHandle::new(tokio::spawn(async move {
             let mut stream = Box::pin(docker.events(Some(opts)));
             while let Some(Ok(ev)) = stream.next().await {
                 // An event that names no container drops every entry.
@@ -155,7 +148,7 @@ impl DockerRuntime {
             // The stream ended (daemon restarted, connection lost): trust nothing cached.
             cache.live.store(false, Ordering::SeqCst);
             cache.forget(None);
-        }));
+        })));
     }
 
     async fn client(&self) -> Result<Docker, RuntimeError> {

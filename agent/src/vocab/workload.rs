@@ -155,12 +155,7 @@ pub struct Workload {
 impl Workload {
     /// A pod known by its restart policy only (no owner read).
     pub fn bare(pod: &str, container: &str, policy: RestartPolicy) -> Workload {
-        Workload {
-            pod: pod.to_string(),
-            policy,
-            container: container.to_string(),
-            ..Default::default()
-        }
+        Workload { pod: pod.into(), policy, container: container.into(), ..Default::default() }
     }
 }
 
@@ -361,7 +356,7 @@ fn of_job(w: &Workload, job: &JobFacts, stops: Stops) -> Remediation {
     if let Some(refused) = other_container_rule(w, job) {
         return refused;
     }
-    let reason = match failure_rule(w, job) {
+    let reason = match failure_rule(w, job, true) {
         // An ignored failure is not counted: the pod is replaced, whatever the count.
         Some(r) if r.action == "Ignore" => {
             return Remediation::Replace {
@@ -456,11 +451,13 @@ fn within_limit(w: &Workload, job: &JobFacts, stops: Stops) -> Option<Remediatio
     })
 }
 
-/// The first rule of the Job's pod failure policy that a SIGKILL of the worker container
-/// matches.
-fn failure_rule<'a>(w: &Workload, job: &'a JobFacts) -> Option<&'a PodFailureRule> {
+/// The first rule of the Job's pod failure policy that a SIGKILL matches: of the worker
+/// container (`ours`: a rule on it, or on no container in particular), or else of another of the
+/// pod's containers (a rule naming one).
+fn failure_rule<'a>(w: &Workload, job: &'a JobFacts, ours: bool) -> Option<&'a PodFailureRule> {
     job.pod_failure.iter().find(|r| {
-        r.container.as_deref().is_none_or(|c| c == w.container) && r.exit_codes.matches(KILLED_EXIT)
+        r.container.as_deref().map_or(ours, |c| (c == w.container) == ours)
+            && r.exit_codes.matches(KILLED_EXIT)
     })
 }
 
@@ -470,10 +467,7 @@ fn failure_rule<'a>(w: &Workload, job: &'a JobFacts) -> Option<&'a PodFailureRul
 /// fail the Job; but an init container that finished (exit 0, skipped) or one that ended on its
 /// own keeps its code, which Vigil does not read: what the rule does is unknown.
 fn other_container_rule(w: &Workload, job: &JobFacts) -> Option<Remediation> {
-    let r = job.pod_failure.iter().find(|r| {
-        r.container.as_deref().is_some_and(|c| c != w.container)
-            && r.exit_codes.matches(KILLED_EXIT)
-    })?;
+    let r = failure_rule(w, job, false)?;
     Some(Remediation::Refuse(format!(
         "Job {}'s pod failure policy has a {} rule on container {}, which a stop of the whole pod may or may not match (its exit code is unknown): its controller decides",
         job.name,

@@ -192,16 +192,22 @@ impl Calls {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Run one NVML call under watch. `late`: how long it took, when the watchdog had reported
-    /// it late (the monitor then says it answered and publishes its verdict again).
-    fn run<T>(&self, what: &'static str, f: impl FnOnce() -> T) -> (T, Option<Duration>) {
+    /// Run one NVML call under watch. One the watchdog had reported late is said once when it
+    /// answers, and the watchdog's `nvml-hung` replaced by `v`'s verdict as it stands.
+    fn run<T>(&self, what: &'static str, v: &Verdict<'_>, f: impl FnOnce() -> T) -> T {
         let started = Instant::now();
         *self.lock() = CallState { call: Some((what, started)), ..CallState::default() };
         let out = f();
-        let mut st = self.lock();
-        st.call = None;
-        let late = std::mem::take(&mut st.reported).then(|| started.elapsed());
-        (out, late)
+        if std::mem::take(&mut *self.lock()).reported {
+            let took = started.elapsed();
+            v.tx.send_replace(v.report.clone());
+            tracing::info!(
+                took_ms = took.as_millis() as u64,
+                "the late NVML call answered after {}; GPU health is watched again",
+                human(took.as_millis() as i64)
+            );
+        }
+        out
     }
 }
 
@@ -321,15 +327,13 @@ fn monitor_loop(
     stop: &CancellationToken,
     calls: &Calls,
 ) {
-    let (cfg, tx) = (v.cfg, v.tx);
     let mut samples: Vec<GpuSample> = Vec::new();
     let mut sample_errors = Throttled::default();
     let mut xid_errors = Throttled::default();
     let mut next_sample = Instant::now();
     while !stop.is_cancelled() {
         if Instant::now() >= next_sample {
-            let (read, late) = calls.run("reading the GPUs", || probe.sample());
-            answered(late, &v.report, tx);
+            let read = calls.run("reading the GPUs", &v, || probe.sample());
             match read {
                 Ok(s) => {
                     sample_errors.ok("GPUs readable again");
@@ -340,7 +344,7 @@ fn monitor_loop(
                     sample_errors.warn("cannot read the GPUs; the last GPU verdict stands", &e)
                 }
             }
-            next_sample = Instant::now() + cfg.sample_interval;
+            next_sample = Instant::now() + v.cfg.sample_interval;
         }
         if stop.is_cancelled() {
             break;
@@ -348,8 +352,7 @@ fn monitor_loop(
         v.listen();
         let wait = next_sample.saturating_duration_since(Instant::now()).min(XID_WAIT);
         let started = Instant::now();
-        let (waited, late) = calls.run("waiting for XID events", || probe.wait_xids(wait));
-        answered(late, &v.report, tx);
+        let waited = calls.run("waiting for XID events", &v, || probe.wait_xids(wait));
         match waited {
             Ok(xids) if xids.is_empty() => {}
             Ok(xids) => {
@@ -366,19 +369,6 @@ fn monitor_loop(
                 std::thread::sleep(wait.saturating_sub(started.elapsed()));
             }
         }
-    }
-}
-
-/// A call the watchdog had reported late has answered: said once, and the watchdog's
-/// `nvml-hung` replaced by the verdict as it stands.
-fn answered(late: Option<Duration>, report: &GpuReport, tx: &watch::Sender<GpuReport>) {
-    if let Some(took) = late {
-        tx.send_replace(report.clone());
-        tracing::info!(
-            took_ms = took.as_millis() as u64,
-            "the late NVML call answered after {}; GPU health is watched again",
-            human(took.as_millis() as i64)
-        );
     }
 }
 

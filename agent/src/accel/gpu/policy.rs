@@ -27,9 +27,8 @@ use std::collections::BTreeMap;
 
 pub(crate) use crate::accel::gpu::model::label;
 use crate::accel::gpu::model::{
-    chosen, EpisodeBegun, Failure, GpuCleared, GpuHealth, GpuMonitorState, GpuReport, GpuSample,
-    GpuStatus, RecoveryAction, ResetMarks, XidEvent, MAX_BEGUN, MAX_CLEARED, MAX_RECENT_XIDS,
-    MISSING_ROUNDS,
+    chosen, Failure, GpuCleared, GpuHealth, GpuMonitorState, GpuReport, GpuSample, GpuStatus,
+    RecoveryAction, ResetMarks, XidEvent, MAX_BEGUN, MAX_CLEARED, MAX_RECENT_XIDS, MISSING_ROUNDS,
 };
 use crate::accel::gpu::policy_episode;
 use crate::accel::gpu::policy_slow;
@@ -61,52 +60,43 @@ pub(crate) fn update(
     cfg: &GpuConfig,
 ) -> GpuReport {
     let overrides = cfg.xid_overrides();
-    let mut cleared = prev.cleared.clone();
-    let mut gpus = merge_samples(prev, samples, &mut cleared);
-    for g in gpus.iter_mut().filter(|g| !g.missing) {
+    // The clearings, the episodes' numbering and the latest begun, carried from report to report.
+    let mut r = prev.clone();
+    r.gpus = merge_samples(prev, samples, &mut r.cleared);
+    for g in r.gpus.iter_mut().filter(|g| !g.missing) {
         let before = prev.gpus.iter().find(|p| same(p, g.index, &g.uuid));
         policy_slow::follow_rises(g, before.map(|p| &p.sample), now_ms);
     }
-    // The episodes' numbering and the latest begun, carried from report to report.
-    let (mut seq, mut begun) = (prev.episode_seq, prev.begun.clone());
-    fold_xids(&mut gpus, xids, now_ms, &overrides, &cfg.xid_threshold, &mut seq, &mut begun);
+    fold_xids(&mut r, xids, now_ms, &overrides, &cfg.xid_threshold);
     let window = ms(cfg.evidence_window);
-    for g in &mut gpus {
+    for g in &mut r.gpus {
         policy_episode::expire(g, now_ms, &cfg.xid_threshold);
         g.recent_xids.retain(|&(_, at)| now_ms - at <= window);
         g.recent_xids.drain(..g.recent_xids.len().saturating_sub(MAX_RECENT_XIDS));
         if !g.missing {
-            follow_hardware(g, &mut cleared);
+            follow_hardware(g, &mut r.cleared);
         }
     }
-    gpus.sort_by(|a, b| a.index.cmp(&b.index).then_with(|| a.uuid.cmp(&b.uuid)));
-    report_of(gpus, cleared, begun, seq, &overrides)
+    r.gpus.sort_by(|a, b| a.index.cmp(&b.index).then_with(|| a.uuid.cmp(&b.uuid)));
+    judged(r, &overrides)
 }
 
 /// `prev`'s GPUs judged again as they are (no new observation): the report of GPUs restored
 /// from the state file, before the first sample.
 pub(crate) fn rejudge(prev: &GpuReport, cfg: &GpuConfig) -> GpuReport {
-    let (gpus, cleared, begun) = (prev.gpus.clone(), prev.cleared.clone(), prev.begun.clone());
-    report_of(gpus, cleared, begun, prev.episode_seq, &cfg.xid_overrides())
+    judged(prev.clone(), &cfg.xid_overrides())
 }
 
-/// The report of these GPUs, each judged: the node's verdict is the worst GPU's.
-fn report_of(
-    mut gpus: Vec<GpuStatus>,
-    mut cleared: Vec<GpuCleared>,
-    mut begun: Vec<EpisodeBegun>,
-    episode_seq: u64,
-    overrides: &BTreeMap<u64, XidAction>,
-) -> GpuReport {
-    for g in &mut gpus {
+/// `r` with each GPU judged, monitoring: the node's verdict is the worst GPU's.
+fn judged(mut r: GpuReport, overrides: &BTreeMap<u64, XidAction>) -> GpuReport {
+    for g in &mut r.gpus {
         (g.health, g.reasons) = judge(g, overrides);
     }
-    let node = gpus.iter().map(|g| g.health).max().unwrap_or_default();
-    let node_reasons = gpus.iter().flat_map(|g| g.reasons.iter().cloned()).collect();
-    cleared.drain(..cleared.len().saturating_sub(MAX_CLEARED));
-    begun.drain(..begun.len().saturating_sub(MAX_BEGUN));
-    let state = GpuMonitorState::On;
-    GpuReport { state, gpus, node, node_reasons, cleared, begun, episode_seq, hung: None }
+    r.node = r.gpus.iter().map(|g| g.health).max().unwrap_or_default();
+    r.node_reasons = r.gpus.iter().flat_map(|g| g.reasons.iter().cloned()).collect();
+    r.cleared.drain(..r.cleared.len().saturating_sub(MAX_CLEARED));
+    r.begun.drain(..r.begun.len().saturating_sub(MAX_BEGUN));
+    GpuReport { state: GpuMonitorState::On, hung: None, ..r }
 }
 
 /// Identity is the UUID (indices may be renumbered by a driver reload); a GPU without one is
@@ -177,27 +167,25 @@ fn merge_samples(
 /// Count each XID on its GPU, stamped `now_ms`, in its episode; one whose action fails the GPU
 /// starts (or adds to) its failure.
 fn fold_xids(
-    gpus: &mut Vec<GpuStatus>,
+    r: &mut GpuReport,
     xids: &[XidEvent],
     now_ms: i64,
     overrides: &BTreeMap<u64, XidAction>,
     th: &XidThreshold,
-    seq: &mut u64,
-    begun: &mut Vec<EpisodeBegun>,
 ) {
     for x in xids {
-        let pos = gpus.iter().position(|g| same(g, x.index, &x.uuid)).unwrap_or_else(|| {
+        let pos = r.gpus.iter().position(|g| same(g, x.index, &x.uuid)).unwrap_or_else(|| {
             // NB: an XID from a GPU no sample has shown yet (it could not be read): keep it
             // under its own entry rather than drop hardware evidence. Not "missing": it was
             // never seen by a sample.
-            gpus.push(GpuStatus::known(x.index, x.uuid.clone()));
-            gpus.len() - 1
+            r.gpus.push(GpuStatus::known(x.index, x.uuid.clone()));
+            r.gpus.len() - 1
         });
-        let g = &mut gpus[pos];
+        let g = &mut r.gpus[pos];
         *g.xid_counts.entry(x.xid).or_insert(0) += 1;
         g.recent_xids.push((x.xid, now_ms));
-        if let Some(e) = policy_episode::add(g, x.xid, now_ms, th, seq) {
-            begun.push(policy_episode::begun(g, &e, overrides));
+        if let Some(e) = policy_episode::add(g, x.xid, now_ms, th, &mut r.episode_seq) {
+            r.begun.push(policy_episode::begun(g, &e, overrides));
         }
         if let Some(action) = action_for(x.xid, overrides).filter(|a| a.fails()) {
             let meaning = builtin(x.xid).map_or(String::new(), |r| format!(" ({})", r.meaning));

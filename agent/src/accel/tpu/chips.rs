@@ -180,16 +180,13 @@ pub(crate) fn tpu_functions(sys: &Path) -> (Vec<String>, BTreeMap<String, AerCou
         })
         .collect();
     pci.sort();
-    let mut aer = BTreeMap::new();
-    for addr in &pci {
+    let counts = pci.iter().filter_map(|addr| {
         let total = |file: &str, key: &str| read(addr, file).and_then(|t| aer_total(&t, key));
-        if let (Some(fatal), Some(nonfatal)) = (
-            total("aer_dev_fatal", "TOTAL_ERR_FATAL"),
-            total("aer_dev_nonfatal", "TOTAL_ERR_NONFATAL"),
-        ) {
-            aer.insert(addr.clone(), AerCounts { fatal, nonfatal });
-        }
-    }
+        let fatal = total("aer_dev_fatal", "TOTAL_ERR_FATAL");
+        let nonfatal = total("aer_dev_nonfatal", "TOTAL_ERR_NONFATAL");
+        Some((addr.clone(), AerCounts { fatal: fatal?, nonfatal: nonfatal? }))
+    });
+    let aer = counts.collect();
     (pci, aer)
 }
 

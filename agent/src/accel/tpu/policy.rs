@@ -145,7 +145,9 @@ pub(crate) fn verdict(obs: &TpuObservation, now_ms: i64, window: Duration) -> Tp
     if let Some((h, why)) = chip_count(obs) {
         worsen(h, why);
     }
-    let (recent_errors, by_chip) = recent_by_chip(&obs.errors, now_ms, window);
+    let by_chip = recent_by_chip(&obs.errors, now_ms, window);
+    let recent = |s| by_chip.iter().filter(|(k, _)| k.1 == s).map(|(_, n)| n.0).sum();
+    let recent_errors = (recent(ErrorSeverity::Error), recent(ErrorSeverity::Fatal));
     let within = humantime::format_duration(window);
     for ((device, severity), (count, last)) in by_chip.into_iter().rev() {
         let h = match severity {
@@ -196,31 +198,21 @@ fn chip_count(obs: &TpuObservation) -> Option<(TpuHealth, String)> {
     }
 }
 
-/// The errors within `window` of `now_ms`: (errors, fatal) counts, and per chip and severity how
-/// many and the last one.
-#[allow(clippy::type_complexity)]
+/// The errors within `window` of `now_ms`, per chip and severity: how many and the last one.
 fn recent_by_chip(
     errors: &[DeviceError],
     now_ms: i64,
     window: Duration,
-) -> ((u32, u32), BTreeMap<(&str, ErrorSeverity), (u32, &DeviceError)>) {
-    let mut counts = (0, 0);
+) -> BTreeMap<(&str, ErrorSeverity), (u32, &DeviceError)> {
     let mut by_chip: BTreeMap<(&str, ErrorSeverity), (u32, &DeviceError)> = BTreeMap::new();
-    for e in errors {
-        if now_ms - e.at_ms >= ms(window) {
-            continue;
-        }
-        match e.severity {
-            ErrorSeverity::Error => counts.0 += 1,
-            ErrorSeverity::Fatal => counts.1 += 1,
-        }
+    for e in errors.iter().filter(|e| now_ms - e.at_ms < ms(window)) {
         let slot = by_chip.entry((e.device.as_str(), e.severity)).or_insert((0, e));
         slot.0 += 1;
         if e.at_ms >= slot.1.at_ms {
             slot.1 = e;
         }
     }
-    (counts, by_chip)
+    by_chip
 }
 
 /// What the monitor remembers between readings.

@@ -13,7 +13,6 @@ use crate::hang::model::{Marks, WorkerStatus};
 use crate::hang::policy;
 use crate::hang::policy::Cancel;
 use crate::hang::policy_fruitless::{self, Beat, RunOf};
-use crate::runtime::container::Container;
 use crate::trail::Code;
 use crate::vocab::workload::{Remediation, Stops};
 
@@ -110,43 +109,26 @@ impl Pipeline<'_> {
     /// The container's last lines, then the restart (or would-restart) page with them, once per
     /// incident. Logs first: a pass that fails here must not consume the breaker. A gang
     /// member's restart has no page of its own (the gang's `restarting` page went out with its
-    /// decision).
+    /// decision). Collection failed: no restart this cycle (and no budget consumed).
     pub(super) async fn logs_and_alert(
         &mut self,
         act: &Act<'_>,
         now: Millis,
     ) -> Result<Option<Skip>, CoordError> {
-        let logs = match self.collect_logs(act, now).await? {
-            Ok(logs) => logs,
-            Err(skip) => return Ok(Some(skip)),
-        };
-        if act.order.is_some() {
-            return Ok(None);
-        }
-        let (kind, verb) = match self.ctx.cfg.dry_run {
-            true => (AlertKind::WouldRestart, "would restart"),
-            false => (AlertKind::Restarting, "restarting"),
-        };
-        let c = act.case.c;
-        let detail = format!("{verb} container {} ({})", c.name, short(&c.id));
-        let mut alert = self.pager.act_alert(kind, act, now, detail);
-        alert.logs = Some(logs);
-        self.pager.page_incident(act, "restart", alert, now).await?;
-        Ok(None)
-    }
-
-    /// The container's last lines for the alert. `Err(skip)`: collection failed, so there is
-    /// no restart this cycle (and no budget consumed).
-    pub(super) async fn collect_logs(
-        &mut self,
-        act: &Act<'_>,
-        now: Millis,
-    ) -> Result<Result<String, Skip>, CoordError> {
-        let d = &self.ctx.cfg.runtime;
-        let call =
-            tokio::time::timeout(d.log_timeout, self.ctx.runtime.logs(&act.case.c.id, d.log_lines));
+        let (d, c) = (&self.ctx.cfg.runtime, act.case.c);
+        let call = tokio::time::timeout(d.log_timeout, self.ctx.runtime.logs(&c.id, d.log_lines));
         let why = match call.await {
-            Ok(Ok(logs)) => return Ok(Ok(logs)),
+            Ok(Ok(_)) if act.order.is_some() => return Ok(None),
+            Ok(Ok(logs)) => {
+                let (kind, verb) = match self.ctx.cfg.dry_run {
+                    true => (AlertKind::WouldRestart, "would restart"),
+                    false => (AlertKind::Restarting, "restarting"),
+                };
+                let detail = format!("{verb} container {} ({})", c.name, short(&c.id));
+                let mut alert = self.pager.act_alert(kind, act, now, detail);
+                alert.logs = Some(logs);
+                return self.pager.page_incident(act, "restart", alert, now).await.map(|_| None);
+            }
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {}", humantime::format_duration(d.log_timeout)),
         };
@@ -156,7 +138,7 @@ impl Pipeline<'_> {
             self.pager.alert_for(AlertKind::LogsFailed, act.case, Some(act.since), now, detail);
         self.pager.page_incident(act, "logs-failed", alert, now).await?;
         let detail = format!("log collection failed: {why}");
-        self.skip(now, act, Skip::LogsFailed, detail, false).await.map(Err)
+        self.skip(now, act, Skip::LogsFailed, detail, false).await.map(Some)
     }
 
     /// Revalidate at the last moment, from fresh data and a fresh clock; then the node's state
@@ -177,8 +159,7 @@ impl Pipeline<'_> {
         let rules = match act.order {
             Some(_) => self.judge.member_rules(status.as_ref(), &marks, now),
             None => self.judge.restart_rules(status.as_ref(), &marks, now),
-        }
-        .into_owned();
+        };
         let mut checked = policy::revalidate(act.case.v, status.as_ref(), &marks, now, &rules);
         if let (Ok(()), Some(order)) = (checked, act.order) {
             checked = self.order_stands(order, status.as_ref(), &marks).await?;
@@ -235,32 +216,14 @@ impl Pipeline<'_> {
         act: &Act<'_>,
         now: Millis,
     ) -> Result<Option<Skip>, CoordError> {
-        if let Some(why) = self.watch.stand_down(act.case.c, now, &self.ctx.cfg.metadata) {
+        let c = act.case.c;
+        if let Some(why) = self.watch.stand_down(c, now, &self.ctx.cfg.metadata) {
             let detail = format!("{why} between decision and command; not restarting");
             return self.skip(now, act, Skip::NodeState, detail, false).await.map(Some);
         }
-        if let Some(skip) = self.compare(act.case.c).await {
-            let c = act.case.c;
-            let detail = match skip {
-                Skip::NotRunning => format!(
-                    "container {} ({}) is not running any more; not starting what someone stopped",
-                    c.display(),
-                    short(&c.id)
-                ),
-                _ => format!(
-                    "container {} is not the incarnation observed at decision time",
-                    short(&c.id)
-                ),
-            };
-            return self.skip(now, act, skip, detail, false).await.map(Some);
-        }
-        Ok(None)
-    }
-
-    /// Compare-and-restart: the container is still the incarnation we decided on, and it is
-    /// running (a stopped or paused one is someone's decision). `Some(skip)` when it is not.
-    pub(super) async fn compare(&self, c: &Container) -> Option<Skip> {
-        match self.ctx.runtime.inspect(&c.id).await {
+        // Compare-and-restart: the container is still the incarnation we decided on, and it is
+        // running (a stopped or paused one is someone's decision).
+        let found = match self.ctx.runtime.inspect(&c.id).await {
             Ok(Some(cur)) if cur.id == c.id && cur.started_at == c.started_at => {
                 (!cur.running).then_some(Skip::NotRunning)
             }
@@ -270,7 +233,22 @@ impl Pipeline<'_> {
                 tracing::warn!(error = %e, worker = %c.worker, "inspect before restart failed; not restarting");
                 Some(Skip::ContainerChanged)
             }
-        }
+        };
+        let Some(skip) = found else {
+            return Ok(None);
+        };
+        let detail = match skip {
+            Skip::NotRunning => format!(
+                "container {} ({}) is not running any more; not starting what someone stopped",
+                c.display(),
+                short(&c.id)
+            ),
+            _ => format!(
+                "container {} is not the incarnation observed at decision time",
+                short(&c.id)
+            ),
+        };
+        self.skip(now, act, skip, detail, false).await.map(Some)
     }
 
     /// Observe mode: everything a real restart would do except the command and the restart

@@ -70,16 +70,14 @@ impl Pipeline<'_> {
         // the next cycle restart the booting container again.
         let c = act.case.c;
         let after = self.ctx.runtime.successor(c).await;
-        let restarted = match how.restarted_in_place() {
-            true => matches!(&after, Ok(Some(a))
-                if (a.id != c.id || a.started_at != c.started_at) && a.running),
+        let restarted = match (&after, how.restarted_in_place()) {
+            (Ok(Some(a)), true) => a.running && (a.id != c.id || a.started_at != c.started_at),
             // Stopped for its controller: the hung incarnation no longer runs (gone, exited,
             // or already followed by the kubelet's next attempt); the next incarnation is the
             // controller's (a new pod, a new group), verified by its beats.
-            false => {
-                matches!(&after, Ok(None))
-                    || matches!(&after, Ok(Some(a)) if !a.running || a.id != c.id || a.started_at != c.started_at)
-            }
+            (Ok(Some(a)), false) => !a.running || a.id != c.id || a.started_at != c.started_at,
+            (Ok(None), false) => true,
+            _ => false,
         };
         let done = self.ctx.coord.time().await.ok();
         if restarted {

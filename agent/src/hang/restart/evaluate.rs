@@ -10,10 +10,10 @@ use crate::coord::{CoordError, WorkerRead};
 use crate::hang::context::Context;
 use crate::hang::journal::About;
 use crate::hang::marks::{self, MARK_TTL};
-use crate::hang::model::{Incident, Marks, WorkerStatus};
+use crate::hang::model::{Incident, WorkerStatus};
 use crate::hang::policy::{self, Effect, Verdict};
 use crate::hang::policy_due;
-use crate::hang::policy_life::{self, Claim};
+use crate::hang::policy_life;
 use crate::hang::policy_lost::IncidentTimes;
 use crate::hang::policy_record;
 use crate::metrics::WorkerSample;
@@ -21,20 +21,6 @@ use crate::runtime::container::Container;
 use crate::trail::Code;
 
 use super::{own_gang, Act, Case, RestartPath};
-
-/// What one evaluation stands on (see `RestartPath::current`).
-struct Current {
-    now: Millis,
-    status: Option<WorkerStatus>,
-    /// Why the record could not be read, when it exists but is not a readable hash.
-    invalid: Option<String>,
-    marks: Marks,
-    /// What the cooldown marker says of its restart, and whether the node lock is held.
-    claim: Claim,
-    locked: bool,
-    /// A new incarnation was recorded this cycle.
-    tracked: bool,
-}
 
 /// The record of a read, or why it cannot be read.
 pub(super) fn status_of(
@@ -114,39 +100,56 @@ impl RestartPath<'_> {
         self.journal.note(now, about, Code::TimeLost, p.describe()).await
     }
 
-    /// Evaluate one worker and carry out the policy's effects in order. Coordinator errors abort
-    /// the evaluation (fail closed): nothing after a failed read or write is done on stale
-    /// knowledge.
+    /// Evaluate one worker and carry out the policy's effects in order: first what it stands on
+    /// (its record, its gang scoped by the tenancy rule, and its marks, read again when a new
+    /// incarnation was just recorded, a finished boot ended), then its verdict and plan.
+    /// Coordinator errors abort the evaluation (fail closed): nothing after a failed read or
+    /// write is done on stale knowledge.
     pub(crate) async fn evaluate(
         &mut self,
         c: &Container,
         read: WorkerRead,
     ) -> Result<Verdict, CoordError> {
-        let Current { now, status, invalid, marks, claim, locked, tracked } =
-            self.current(c, read).await?;
+        // A new incarnation changes the marks (its cooldown, dropped timers): read them again
+        // (one more round trip, only then).
+        let seen = marks::decode(&read.values);
+        let tracked = self.track_incarnation(c, read.now, &seen).await?;
+        let read = match tracked {
+            true => marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, &c.worker).await?,
+            false => read,
+        };
+        let now = read.now;
+        let (mut status, invalid) = status_of(self.ctx, &c.worker, &read);
+        // NB: the pod's labels win over the record, and a record names only a gang of its own
+        // namespace (`crate::hang::policy_membership`): no tenant joins another's job.
+        if let Some(s) = status.as_mut() {
+            s.gang = crate::hang::policy_membership::of_container(c, s.gang.as_ref()).gang;
+        }
+        let mut decoded = if tracked { marks::decode(&read.values) } else { seen };
+        // NB: only once the new incarnation is recorded (not in the cycle that records it).
+        let booting = decoded.cooldown.as_deref().filter(|_| !tracked && decoded.marks.cooldown);
+        if let Some(marker) = booting {
+            decoded.marks.cooldown = !self.end_booting(c, marker, status.as_ref(), now).await?;
+        }
+        let marks = &decoded.marks;
         let in_gang = status.as_ref().is_some_and(|s| s.gang.is_some());
         // NB: a gang member's rhythm serves only its learned restart rule (its own verdict is the
         // fixed rule's): not learned, nor written to Redis, without `learned.restarts`.
         if !in_gang || self.ctx.cfg.policy.learned.restarts {
-            self.learn(c, &marks, status.as_ref(), tracked || marks.cooldown, now);
+            self.learn(c, marks, status.as_ref(), tracked || marks.cooldown, now);
         }
         let judged = self.judge().verdict_rules(status.as_ref());
         let cfg = &*judged;
-        let v = policy::verdict(status.as_ref(), &marks, self.node, now, cfg);
-        let mut effects = policy::plan(v, status.as_ref(), &marks, now, cfg);
+        let v = policy::verdict(status.as_ref(), marks, self.node, now, cfg);
+        let mut effects = policy::plan(v, status.as_ref(), marks, now, cfg);
         if in_gang {
             // The gang's turn comes once the member is stale by the rule its entry carries.
-            let within = self.judge().member_rules(status.as_ref(), &marks, now);
-            effects = policy::for_gang(effects, status.as_ref(), &marks, now, &within);
+            let within = self.judge().member_rules(status.as_ref(), marks, now);
+            effects = policy::for_gang(effects, status.as_ref(), marks, now, &within);
         }
-        let case = Case {
-            c,
-            v,
-            status: status.as_ref(),
-            marks: &marks,
-            invalid: invalid.as_deref(),
-            held: (claim, locked),
-        };
+        // What the cooldown marker says of its restart, and whether the node lock is held.
+        let held = (decoded.claim(), decoded.locked);
+        let case = Case { c, v, status: status.as_ref(), marks, invalid: invalid.as_deref(), held };
         self.export(&case, &effects, cfg, now);
         self.carry_out(&case, effects, now).await?;
         Ok(v)
@@ -169,36 +172,6 @@ impl RestartPath<'_> {
             restarted: case.marks.restarted_at,
             silence: case.status.map(|s| policy_record::allowed_silence(s, cfg)),
         });
-    }
-
-    /// What the evaluation stands on: the worker's record (its gang scoped by the tenancy rule)
-    /// and marks, read again when a new incarnation was just recorded, and a finished boot
-    /// ended.
-    async fn current(&mut self, c: &Container, read: WorkerRead) -> Result<Current, CoordError> {
-        // A new incarnation changes the marks (its cooldown, dropped timers): read them again
-        // (one more round trip, only then).
-        let seen = marks::decode(&read.values);
-        let tracked = self.track_incarnation(c, read.now, &seen).await?;
-        let read = match tracked {
-            true => marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, &c.worker).await?,
-            false => read,
-        };
-        let now = read.now;
-        let (mut status, invalid) = status_of(self.ctx, &c.worker, &read);
-        // NB: the pod's labels win over the record, and a record names only a gang of its own
-        // namespace (`crate::hang::policy_membership`): no tenant joins another's job.
-        if let Some(s) = status.as_mut() {
-            s.gang = crate::hang::policy_membership::of_container(c, s.gang.as_ref()).gang;
-        }
-        let decoded = if tracked { marks::decode(&read.values) } else { seen };
-        let (claim, locked) = (decoded.claim(), decoded.locked);
-        let mut marks = decoded.marks;
-        // NB: only once the new incarnation is recorded (not in the cycle that records it).
-        let booting = decoded.cooldown.as_deref().filter(|_| !tracked && marks.cooldown);
-        if let Some(marker) = booting {
-            marks.cooldown = !self.end_booting(c, marker, status.as_ref(), now).await?;
-        }
-        Ok(Current { now, status, invalid, marks, claim, locked, tracked })
     }
 
     /// The plan's effects in order; a gang member's gang step with its entry in the view.

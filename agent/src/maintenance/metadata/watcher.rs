@@ -91,24 +91,8 @@ async fn first_answer(ctx: &Ctx) -> Option<Answer> {
     loop {
         attempt += 1;
         let res = ctx.shutdown.run_until_cancelled(ctx.client.get(key.path(), None)).await?;
-        let pause_for = match res {
-            Err(e @ MetadataError::Unreachable { .. }) => {
-                ctx.metrics.maintenance.metadata_error(key.as_str(), e.kind());
-                if attempt < attempts {
-                    cfg.unavailable_retry.0
-                } else {
-                    if attempt == attempts {
-                        // NB: read as "no maintenance" from here on (not on GCE): the start-up
-                        // read is over, and restarts stop waiting for it.
-                        ctx.tx.send_if_modified(|raw| !std::mem::replace(&mut raw.settled, true));
-                        tracing::info!(
-                            "GCE metadata server unreachable ({}): not on GCE, or not up yet; probing again with backoff (off GCE, set metadata.enabled = \"off\")",
-                            chain(&e)
-                        );
-                    }
-                    probe.next_delay()
-                }
-            }
+        let e = match res {
+            Err(e @ MetadataError::Unreachable { .. }) => e,
             other => {
                 if attempt > attempts {
                     tracing::info!("GCE metadata server reachable now: watching");
@@ -116,6 +100,18 @@ async fn first_answer(ctx: &Ctx) -> Option<Answer> {
                 return Some(other);
             }
         };
+        ctx.metrics.maintenance.metadata_error(key.as_str(), e.kind());
+        if attempt == attempts {
+            // NB: read as "no maintenance" from here on (not on GCE): the start-up read is
+            // over, and restarts stop waiting for it.
+            ctx.tx.send_if_modified(|raw| !std::mem::replace(&mut raw.settled, true));
+            tracing::info!(
+                "GCE metadata server unreachable ({}): not on GCE, or not up yet; probing again with backoff (off GCE, set metadata.enabled = \"off\")",
+                chain(&e)
+            );
+        }
+        let pause_for =
+            if attempt < attempts { cfg.unavailable_retry.0 } else { probe.next_delay() };
         pause(&ctx.shutdown, pause_for).await?;
     }
 }
@@ -159,10 +155,9 @@ enum Parsed {
 impl Parsed {
     /// Store into `raw`; true when the value changed.
     fn apply(self, raw: &mut RawMetadata) -> bool {
+        // The old value against the new one.
         fn set<T: PartialEq>(slot: &mut T, v: T) -> bool {
-            let changed = *slot != v;
-            *slot = v;
-            changed
+            std::mem::replace(slot, v) != *slot
         }
         match self {
             Parsed::Event(v) => set(&mut raw.maintenance_event, Some(v)),
@@ -215,14 +210,11 @@ async fn key_loop(ctx: &Ctx, key: Key, mut pending: Option<Answer>) -> Option<()
     };
     loop {
         let started = Instant::now();
+        let wait =
+            state.read_once.then(|| (state.etag.as_deref().unwrap_or(""), ctx.cfg.timeout_sec));
         let res = match pending.take() {
             Some(r) => r,
-            None => {
-                let wait = state
-                    .read_once
-                    .then(|| (state.etag.as_deref().unwrap_or(""), ctx.cfg.timeout_sec));
-                ctx.shutdown.run_until_cancelled(ctx.client.get(key.path(), wait)).await?
-            }
+            None => ctx.shutdown.run_until_cancelled(ctx.client.get(key.path(), wait)).await?,
         };
         let res = nothing_scheduled(key, res);
         blind(ctx, key, &res);
@@ -401,8 +393,5 @@ async fn pause(shutdown: &CancellationToken, d: Duration) -> Option<()> {
 /// A random duration in `[lo, hi]` (the quick retries of a maintenance-time 503).
 fn jitter(lo: Duration, hi: Duration) -> Duration {
     let (lo, hi) = (lo.as_millis() as u64, hi.as_millis() as u64);
-    if hi <= lo {
-        return Duration::from_millis(lo);
-    }
-    Duration::from_millis(rand::rng().random_range(lo..=hi))
+    Duration::from_millis(rand::rng().random_range(lo..=hi.max(lo)))
 }

@@ -61,7 +61,8 @@ impl FirstReads {
     }
 
     /// Tell the restart path (`facts`) what it still waits for at `now`, from what the metadata
-    /// channel and the Node source hold (nothing to look at once the wait is over).
+    /// channel and the Node source hold, and say once how the wait ended (nothing to look at
+    /// once the wait is over).
     pub(super) fn observe(
         &mut self,
         facts: &SharedFacts,
@@ -69,22 +70,10 @@ impl FirstReads {
         node_rx: Option<&NodeInfoRx>,
         now: Instant,
     ) {
-        if !self.over {
-            self.publish(facts, metadata_read(rx), node_read(node_rx), now);
+        if self.over {
+            return;
         }
-    }
-
-    /// Tell the restart path (`facts`) what it still waits for at `now`, given what is read,
-    /// and say once how the wait ended.
-    pub(super) fn publish(
-        &mut self,
-        facts: &SharedFacts,
-        metadata: bool,
-        node: bool,
-        now: Instant,
-    ) {
-        // NB: once over, `settle` leaves nothing unread, as the call that ended the wait wrote.
-        let (left, ended) = self.settle(metadata, node, now);
+        let (left, ended) = self.settle(metadata_read(rx), node_read(node_rx), now);
         let left = left.map(|what| Unread { what, until: self.deadline });
         facts.write().unwrap_or_else(|p| p.into_inner()).unread = left;
         match ended {
@@ -172,7 +161,11 @@ mod tests {
         let facts = facts_at_start(Duration::from_secs(30));
         let t0 = Instant::now();
         let mut r = FirstReads::of(&facts, Duration::from_secs(99), t0);
-        r.publish(&facts, true, false, t0);
+        // The metadata read, the Node not yet (its source is up, and holds none).
+        let (_watcher, rx) =
+            watch::channel(RawMetadata { settled: true, ..RawMetadata::default() });
+        let (_source, node_rx) = crate::node::info::channel();
+        r.observe(&facts, &rx, Some(&node_rx), t0);
         let f = facts.read().unwrap().clone();
         let u = f.unread.expect("the Node is awaited");
         assert!(u.what.starts_with("the Node"));
