@@ -371,8 +371,10 @@ impl Config {
     /// `safety.lock_ttl` covers one pass: `runtime` and `alerts` durations (see [`Config::lock_needed`]).
     fn validate_lock_ttl(&self) -> Result<(), ConfigError> {
         let needed = self.lock_needed();
-        bad_if(
-            self.safety.lock_ttl < needed,
+        if self.safety.lock_ttl >= needed {
+            return Ok(());
+        }
+        bad(
             "safety.lock_ttl",
             format!(
                 "{} is shorter than runtime.log_timeout + alert delivery (alerts.timeout x attempts, with backoff) \

@@ -356,7 +356,7 @@ fn of_job(w: &Workload, job: &JobFacts, stops: Stops) -> Remediation {
     if let Some(refused) = other_container_rule(w, job) {
         return refused;
     }
-    let reason = match failure_rule(w, job, true) {
+    let reason = match failure_rule(w, job) {
         // An ignored failure is not counted: the pod is replaced, whatever the count.
         Some(r) if r.action == "Ignore" => {
             return Remediation::Replace {
@@ -451,13 +451,11 @@ fn within_limit(w: &Workload, job: &JobFacts, stops: Stops) -> Option<Remediatio
     })
 }
 
-/// The first rule of the Job's pod failure policy that a SIGKILL matches: of the worker
-/// container (`ours`: a rule on it, or on no container in particular), or else of another of the
-/// pod's containers (a rule naming one).
-fn failure_rule<'a>(w: &Workload, job: &'a JobFacts, ours: bool) -> Option<&'a PodFailureRule> {
+/// The first rule of the Job's pod failure policy that a SIGKILL of the worker container
+/// matches.
+fn failure_rule<'a>(w: &Workload, job: &'a JobFacts) -> Option<&'a PodFailureRule> {
     job.pod_failure.iter().find(|r| {
-        r.container.as_deref().map_or(ours, |c| (c == w.container) == ours)
-            && r.exit_codes.matches(KILLED_EXIT)
+        r.container.as_deref().is_none_or(|c| c == w.container) && r.exit_codes.matches(KILLED_EXIT)
     })
 }
 
@@ -467,7 +465,10 @@ fn failure_rule<'a>(w: &Workload, job: &'a JobFacts, ours: bool) -> Option<&'a P
 /// fail the Job; but an init container that finished (exit 0, skipped) or one that ended on its
 /// own keeps its code, which Vigil does not read: what the rule does is unknown.
 fn other_container_rule(w: &Workload, job: &JobFacts) -> Option<Remediation> {
-    let r = failure_rule(w, job, false)?;
+    let r = job.pod_failure.iter().find(|r| {
+        r.container.as_deref().is_some_and(|c| c != w.container)
+            && r.exit_codes.matches(KILLED_EXIT)
+    })?;
     Some(Remediation::Refuse(format!(
         "Job {}'s pod failure policy has a {} rule on container {}, which a stop of the whole pod may or may not match (its exit code is unknown): its controller decides",
         job.name,

@@ -60,7 +60,8 @@ pub(crate) fn update(
     cfg: &GpuConfig,
 ) -> GpuReport {
     let overrides = cfg.xid_overrides();
-    // The clearings, the episodes' numbering and the latest begun, carried from report to report.
+    // The report carried forward (the clearings, the episodes' numbering, the latest begun), its
+    // GPUs merged with the samples; every other field is set again by `judged`.
     let mut r = prev.clone();
     r.gpus = merge_samples(prev, samples, &mut r.cleared);
     for g in r.gpus.iter_mut().filter(|g| !g.missing) {

@@ -109,7 +109,8 @@ impl Pipeline<'_> {
     /// The container's last lines, then the restart (or would-restart) page with them, once per
     /// incident. Logs first: a pass that fails here must not consume the breaker. A gang
     /// member's restart has no page of its own (the gang's `restarting` page went out with its
-    /// decision). Collection failed: no restart this cycle (and no budget consumed).
+    /// decision). When collection fails there is no restart this cycle (and no budget is
+    /// consumed): a `logs-failed` page and a skip.
     pub(super) async fn logs_and_alert(
         &mut self,
         act: &Act<'_>,
