@@ -129,12 +129,8 @@ impl Decoded {
 pub(crate) fn decode(v: &[Option<String>]) -> Decoded {
     let get = |s: Slot| v.get(s as usize).cloned().flatten();
     let retry_at = Slot::VARIANTS.len();
-    let episodes = Episode::ALL
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| v.get(retry_at + 1 + i).cloned().flatten().is_some())
-        .map(|(_, e)| *e)
-        .collect();
+    let episodes = Episode::ALL.iter().zip(v.iter().skip(retry_at + 1));
+    let episodes = episodes.filter(|(_, value)| value.is_some()).map(|(e, _)| *e).collect();
     let marks = Marks {
         suspect: get(Slot::Suspect).and_then(|s| {
             let s = Stamp::parse(&s)?;

@@ -342,7 +342,8 @@ as_str!(pub Episode);
 /// The verdict on one worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "kebab-case")]
-#[derive(Default)]
+#[derive(Default, serde::Serialize)]
+#[serde(into = "&'static str")]
 pub enum Verdict {
     /// Fresh heartbeat, or not processing: nothing to do.
     #[default]
@@ -393,12 +394,6 @@ impl Verdict {
     }
 }
 as_str!(pub Verdict);
-
-impl serde::Serialize for Verdict {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
 
 #[cfg(test)]
 mod tests {

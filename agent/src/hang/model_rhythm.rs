@@ -40,19 +40,15 @@ pub(crate) fn bucket(ms: Millis) -> usize {
 
 /// The silences a worker came back from, and since when they are learned. (Also, in an agent's
 /// memory, the times between the heartbeats it saw: `crate::hang::policy_rhythm::Own::beats`.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, educe::Educe)]
+#[educe(Default)]
 pub(crate) struct History {
     /// When the first of them was learned (ms, the coordinator's clock).
     pub(crate) since: Millis,
     /// The longest of them, exactly (the margin over it is the rule's, not the rounding's).
     longest: Millis,
+    #[educe(Default(expression = [0; BUCKETS]))]
     counts: [u32; BUCKETS],
-}
-
-impl Default for History {
-    fn default() -> History {
-        History::new(0)
-    }
 }
 
 impl History {

@@ -107,21 +107,11 @@ impl Interrupted {
     pub(crate) fn ended(&self, end: Millis, how: &str) -> (Millis, String) {
         let end = end.max(self.notice);
         let total = end - self.notice;
-        let line = match self.checkpoint.map(|c| c.clamp(self.notice, end)) {
-            Some(c) => format!(
-                "{}: lost {} = notice → checkpoint {} + → end {} ({how})",
-                self.cause,
-                exact(total),
-                exact(c - self.notice),
-                exact(end - c)
-            ),
-            None => format!(
-                "{}: lost {} = notice → end, no checkpoint round ({how})",
-                self.cause,
-                exact(total)
-            ),
+        let steps = match self.checkpoint.map(|c| c.clamp(self.notice, end)) {
+            Some(c) => format!("checkpoint {} + → end {}", exact(c - self.notice), exact(end - c)),
+            None => "end, no checkpoint round".to_string(),
         };
-        (total, line)
+        (total, format!("{}: lost {} = notice → {steps} ({how})", self.cause, exact(total)))
     }
 }
 

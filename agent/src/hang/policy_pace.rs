@@ -43,13 +43,12 @@ pub(crate) struct Pace {
     /// The learned rate, steps per second, and how many windows taught it.
     pub(crate) baseline: Option<f64>,
     samples: u32,
-    /// Where the run of slow windows began (the first slow window's start).
-    pub(crate) slow_since: Option<Millis>,
+    /// The run of slow windows: where it began (the first slow window's start), and how many
+    /// windows it has (a run is slow only with enough of them: one long window, an unannounced
+    /// save, is not a run).
+    slow: Option<(Millis, u32)>,
     /// Up to when the time a slow run lost has been counted.
     counted: Option<Millis>,
-    /// Slow windows in the run: a run is slow only with enough of them (one long window, an
-    /// unannounced save, is not a run).
-    slow_windows: u32,
     /// The gang measured: a worker id that moves to another job starts over.
     gang: Option<String>,
     /// This run's slow episode was seen open (by this agent or another): asked again only
@@ -189,8 +188,7 @@ impl Pace {
             // NB: a restarted measure (a step gone back: a restart; no step at all: stopped, not
             // slow, the hang path's) also forgets the run and the last rate: a worker not
             // measured now says nothing of the gang's pace.
-            self.slow_since = None;
-            self.slow_windows = 0;
+            self.slow = None;
             self.rate = None;
             return;
         }
@@ -221,12 +219,10 @@ impl Pace {
             return;
         };
         if rate < cfg.slow_fraction * base {
-            self.slow_since.get_or_insert(window_start);
-            self.slow_windows += 1;
+            self.slow.get_or_insert((window_start, 0)).1 += 1;
             return;
         }
-        self.slow_since = None;
-        self.slow_windows = 0;
+        self.slow = None;
         // Every window at pace teaches (none dropped: no bias upwards), clipped so that one
         // burst (a checkpoint step jumping ahead) moves it little.
         let taught = rate.min(1.2 * base);
@@ -240,8 +236,8 @@ impl Pace {
             return PaceVerdict::Learning;
         };
         let windows = (ms(cfg.slow_for) / ms(cfg.window).max(1)).max(1) as u32;
-        match self.slow_since {
-            Some(since) if now - since >= ms(cfg.slow_for) && self.slow_windows >= windows => {
+        match self.slow {
+            Some((since, run)) if now - since >= ms(cfg.slow_for) && run >= windows => {
                 PaceVerdict::Slow { since, rate, baseline }
             }
             Some(_) => PaceVerdict::Steady,
@@ -286,23 +282,17 @@ pub(crate) const STRONG: u32 = 2;
 /// The member a slow gang waits for (`suspect`: the tests' and the replays' view), with the
 /// evidence's score: compute time 2 points, a node signal or a lag 1 each.
 pub(crate) fn suspect_scored(members: &[Member]) -> Option<(&Member, Vec<String>, u32)> {
+    let signalled: Vec<&Member> = members.iter().filter(|m| !m.slow.is_empty()).collect();
+    // A node signal counts only where a minority of the gang's nodes show it.
+    let minority = signalled.len() * 2 < members.len();
+    let signals = signalled.into_iter().filter(|_| minority);
+    let signals = signals.map(|m| (m, 1, format!("its node shows {}", m.slow.join(", "))));
+    let evidence = computes_longest(members).into_iter().chain(signals).chain(lags(members));
     let mut score: HashMap<String, (u32, Vec<String>)> = HashMap::new();
-    let mut add = |m: &Member, points: u32, why: String| {
+    for (m, points, why) in evidence {
         let e = score.entry(m.id()).or_default();
         e.0 += points;
         e.1.push(why);
-    };
-    if let Some((m, why)) = computes_longest(members) {
-        add(m, 2, why);
-    }
-    let signalled: Vec<&Member> = members.iter().filter(|m| !m.slow.is_empty()).collect();
-    if !signalled.is_empty() && signalled.len() * 2 < members.len() {
-        for m in signalled {
-            add(m, 1, format!("its node shows {}", m.slow.join(", ")));
-        }
-    }
-    if let Some((m, why)) = lags(members) {
-        add(m, 1, why);
     }
     let best = score.values().map(|(p, _)| *p).max()?;
     let mut top = score.iter().filter(|(_, (p, _))| *p == best);
@@ -315,8 +305,8 @@ pub(crate) fn suspect_scored(members: &[Member]) -> Option<(&Member, Vec<String>
 }
 
 /// The member whose compute time before the collective is at least a fifth (and 20 ms) above
-/// the others' median.
-fn computes_longest(members: &[Member]) -> Option<(&Member, String)> {
+/// the others' median, with its 2 points.
+fn computes_longest(members: &[Member]) -> Option<(&Member, u32, String)> {
     let mut timed: Vec<(&Member, Millis)> =
         members.iter().filter_map(|m| m.compute.map(|c| (m, c))).collect();
     if timed.len() < 2 {
@@ -332,12 +322,13 @@ fn computes_longest(members: &[Member]) -> Option<(&Member, String)> {
     let why = format!(
         "it computes {top} ms before each collective, the others {median} ms (median): they wait for it"
     );
-    (top * 5 >= median * 6 && top - median >= 20 && alone).then_some((m, why))
+    (top * 5 >= median * 6 && top - median >= 20 && alone).then_some((m, 2, why))
 }
 
 /// The member whose step lags every other's by at least 2 although it beat no earlier than
-/// they did (entries are written at different times: an older entry's lower step is no lag).
-fn lags(members: &[Member]) -> Option<(&Member, String)> {
+/// they did (entries are written at different times: an older entry's lower step is no lag),
+/// with its 1 point.
+fn lags(members: &[Member]) -> Option<(&Member, u32, String)> {
     let mut stepped: Vec<(&Member, u64, Millis)> =
         members.iter().filter_map(|m| Some((m, m.step?, m.heartbeat?))).collect();
     if stepped.len() < 2 {
@@ -348,7 +339,7 @@ fn lags(members: &[Member]) -> Option<(&Member, String)> {
     let next = stepped[1].1;
     let latest_other = stepped[1..].iter().map(|(_, _, h)| *h).max()?;
     (next >= low + 2 && hb >= latest_other)
-        .then(|| (m, format!("its step {low} lags the others' (from {next})")))
+        .then(|| (m, 1, format!("its step {low} lags the others' (from {next})")))
 }
 
 #[cfg(test)]

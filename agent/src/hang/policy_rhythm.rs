@@ -186,7 +186,7 @@ impl Rhythm {
         if !l.enabled || self.own.samples < l.min_samples {
             return None;
         }
-        let s = silence_of(self.history.as_ref()?, &self.own, cfg)?;
+        let s = silence_of(self.history.as_ref()?, &self.own, cfg)?.silence;
         Some(s.min(ms(cfg.stale_after)))
     }
 
@@ -207,27 +207,23 @@ impl Rhythm {
     }
 }
 
-/// The silence `history` teaches under `cfg` (see the module's text), with what this agent saw
-/// of the current incarnation (`own`): the usual silence, at least 1.5 × the longest silence the
-/// worker came back from (in the history or seen by this agent) and 1.5 × the time between the
-/// heartbeats this agent saw; uncapped (the verdict caps it at `stale_after`, a restart needs it
-/// under). `None` while fewer than `min_samples` are known. One rule for the verdict
-/// ([`Rhythm::silence`]) and the restart ([`learned_rule`]).
-pub(crate) fn silence_of(history: &History, own: &Own, cfg: &PolicyConfig) -> Option<Millis> {
-    let usual = usual_silence(history, cfg)?;
-    let longest = history.longest().max(own.longest);
-    Some(usual.max(longest + longest / 2).max(own.beat_margin()))
-}
-
-/// The worker's usual silence: `multiplier` × the `quantile` of its silences, at least `floor`
-/// (a learned hang's restart waits as long again: the persistence learned from its rhythm).
-fn usual_silence(history: &History, cfg: &PolicyConfig) -> Option<Millis> {
+/// The rule `history` teaches under `cfg` (see the module's text), with what this agent saw of
+/// the current incarnation (`own`), uncapped (the verdict caps its silence at `stale_after`, a
+/// restart needs it under and waits at most `restart_delay`): stale after the worker's usual
+/// silence, at least 1.5 × the longest silence it came back from (in the history or seen by this
+/// agent) and 1.5 × the time between the heartbeats this agent saw; its incident persisting for
+/// the usual silence (`multiplier` × the `quantile` of its silences, at least `floor`: a learned
+/// hang's restart waits as long again, the persistence learned from its rhythm). `None` while
+/// fewer than `min_samples` are known. One rule for the verdict ([`Rhythm::silence`]) and the
+/// restart ([`learned_rule`]).
+pub(crate) fn silence_of(history: &History, own: &Own, cfg: &PolicyConfig) -> Option<Learned> {
     let l = &cfg.learned;
     if history.total() < u64::from(l.min_samples) {
         return None;
     }
-    let q = history.quantile(l.quantile);
-    Some(((q as f64 * l.multiplier) as Millis).max(ms(l.floor)))
+    let usual = ((history.quantile(l.quantile) as f64 * l.multiplier) as Millis).max(ms(l.floor));
+    let longest = history.longest().max(own.longest);
+    Some(Learned { silence: usual.max(longest + longest / 2).max(own.beat_margin()), wait: usual })
 }
 
 /// The policy a worker is judged by: `base`, with its learned silence (when there is one and
@@ -276,11 +272,10 @@ pub(crate) fn learned_rule(
     let plain = status.is_some_and(|s| s.state == WorkerState::Processing && s.grace.is_none());
     let trusted = l.enabled && l.restarts && plain && own.samples >= l.min_samples;
     let h = shared.filter(|_| trusted).filter(|h| now - h.since >= ms(l.history))?;
-    let usual = usual_silence(h, base)?;
     // NB: `own` counts whether or not the coordinator's copy holds its samples yet.
-    let silence = silence_of(h, &own, base)?;
-    (silence < ms(base.stale_after))
-        .then(|| Learned { silence, wait: usual.min(ms(base.restart_delay)) })
+    let rule = silence_of(h, &own, base)?;
+    (rule.silence < ms(base.stale_after))
+        .then(|| Learned { wait: rule.wait.min(ms(base.restart_delay)), ..rule })
 }
 
 /// The policy a worker's own restart is judged by: `base` (the fixed rule), or its

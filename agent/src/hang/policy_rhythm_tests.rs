@@ -189,7 +189,7 @@ fn a_restart_from_the_rhythm_stands_only_on_the_coordinators_copy_and_its_histor
         old.add(1_000);
     }
     old.add(8_000);
-    let silence = silence_of(&old, &Own::default(), &c).unwrap();
+    let silence = silence_of(&old, &Own::default(), &c).unwrap().silence;
     // 1.5 × the 8 s silence it survived; the usual: 4 × ~1 s (its bucket's bound), at least
     // 5 s.
     assert_eq!(silence, 12_000);

@@ -30,22 +30,19 @@ pub(crate) struct CpuTimes {
 }
 
 /// The host's pressure as the cycle reads it.
-#[derive(Debug)]
+#[derive(Debug, educe::Educe)]
+#[educe(Default)]
 pub(crate) struct HostPressure {
+    #[educe(Default(expression = "/proc".into()))]
     root: PathBuf,
     /// The last steal measure's start, and the share it found.
     mark: Option<(Millis, CpuTimes)>,
     steal: Option<f64>,
 }
 
-impl Default for HostPressure {
-    fn default() -> Self {
-        HostPressure::at("/proc")
-    }
-}
-
 impl HostPressure {
-    /// Reading procfs at `root` (`/proc`; a directory of the same files in tests).
+    /// Reading procfs at `root` (a directory of the same files in tests; `/proc` is the default).
+    #[cfg(any(test, feature = "bench"))]
     pub(crate) fn at(root: impl Into<PathBuf>) -> Self {
         HostPressure { root: root.into(), mark: None, steal: None }
     }

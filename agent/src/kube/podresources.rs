@@ -91,19 +91,16 @@ impl PodGpus {
                 {
                     holders.insert((pod.namespace.clone(), pod.name.clone()));
                 }
-                let ids: Vec<&str> = c
+                // One id that names no GPU makes the whole container unknown (all GPUs), and so
+                // does none.
+                let gpus: Option<Vec<String>> = c
                     .devices
                     .iter()
                     .filter(|d| d.resource_name.starts_with(GPU_RESOURCE_PREFIX))
                     .flat_map(|d| d.device_ids.iter().map(String::as_str))
+                    .map(gpu_id)
                     .collect();
-                if ids.is_empty() {
-                    continue;
-                }
-                // One id that names no GPU makes the whole container unknown (all GPUs).
-                let Some(mut gpus) = ids.into_iter().map(gpu_id).collect::<Option<Vec<_>>>() else {
-                    continue;
-                };
+                let Some(mut gpus) = gpus.filter(|g| !g.is_empty()) else { continue };
                 gpus.sort();
                 gpus.dedup();
                 let key = (pod.namespace.clone(), pod.name.clone(), c.name.clone());

@@ -79,12 +79,8 @@ pub(crate) async fn read(
     };
     let mut w = pod_facts(&pod, container)?;
     if let Some(job_ref) = controller(&pod, "Job") {
-        let job = match owner(client, &JOBS, ns, &job_ref, "its Job").await? {
-            Ok(job) => job,
-            Err(missing) => {
-                w.missing = Some(missing);
-                return Ok(Some(w));
-            }
+        let Some(job) = owner(client, &JOBS, ns, &job_ref, "its Job", &mut w.missing).await? else {
+            return Ok(Some(w));
         };
         // NB: only an OnFailure Job counts its pods' container restarts (a Never pod's
         // failures are the Job's status.failed): its pods are listed only then.
@@ -95,10 +91,8 @@ pub(crate) async fn read(
         w.job = Some(job_facts(&job, w.policy, &members));
         if let Some(js_ref) = controller(&job, "JobSet") {
             let rj = label(&job, REPLICATED_JOB).unwrap_or_default();
-            match owner(client, &JOBSETS, ns, &js_ref, "its Job's JobSet").await? {
-                Ok(js) => w.jobset = Some(jobset_facts(&js, &rj)),
-                Err(missing) => w.missing = Some(missing),
-            }
+            let js = owner(client, &JOBSETS, ns, &js_ref, "its Job's JobSet", &mut w.missing);
+            w.jobset = js.await?.map(|js| jobset_facts(&js, &rj));
         }
     }
     if let Some(lws_name) = label(&pod, LWS_NAME) {
@@ -122,25 +116,28 @@ fn controller(o: &Value, kind: &str) -> Option<(String, String)> {
     Some((r["name"].as_str()?.to_string(), r["uid"].as_str().unwrap_or_default().to_string()))
 }
 
-/// The owner a reference names (`name`, `uid`), or — `Err` — what the pod names (`what`, its
-/// relation) that the API does not have: no object of that name, or another one (its uid).
+/// The owner a reference names (`name`, `uid`), or `None`, `missing` then saying what the pod
+/// names (`what`, its relation) that the API does not have: no object of that name, or another
+/// one (its uid).
 async fn owner(
     client: &kube::Client,
     kind: &Kind,
     ns: &str,
     (name, uid): &(String, String),
     what: &str,
-) -> Result<Result<Value, String>, PodError> {
+    missing: &mut Option<String>,
+) -> Result<Option<Value>, PodError> {
     let found = get(client, kind, ns, name).await?;
-    Ok(match found {
-        Some(o) if same_uid(&o, uid) => Ok(o),
-        other => Err(match other.as_ref().and_then(|o| o["metadata"]["uid"].as_str()) {
-            Some(again) => format!(
-                "{what} {ns}/{name} (uid {uid}; the API's is uid {again}, created again under its name)"
-            ),
-            None => format!("{what} {ns}/{name} (uid {uid})"),
-        }),
-    })
+    if found.as_ref().is_some_and(|o| same_uid(o, uid)) {
+        return Ok(found);
+    }
+    *missing = Some(match found.as_ref().and_then(|o| o["metadata"]["uid"].as_str()) {
+        Some(again) => format!(
+            "{what} {ns}/{name} (uid {uid}; the API's is uid {again}, created again under its name)"
+        ),
+        None => format!("{what} {ns}/{name} (uid {uid})"),
+    });
+    Ok(None)
 }
 
 /// Whether `o` is the owner a reference names by `uid`: an owner deleted and created again
@@ -215,21 +212,16 @@ pub(crate) fn pod_facts(pod: &Value, container: &str) -> Result<Workload, PodErr
 /// `<resource> <device>` (`nvidia.com/gpu GPU-…`, or `claim:<claim>/<request> <driver>/<pool>/<device>`
 /// under DRA).
 pub(crate) fn unhealthy_devices(pod: &Value, container: &str) -> Vec<String> {
-    let Some(st) = items(&pod["status"]["containerStatuses"]).find(|c| c["name"] == container)
-    else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for res in items(&st["allocatedResourcesStatus"]) {
-        let name = res["name"].as_str().unwrap_or_default();
-        for d in items(&res["resources"]) {
-            if d["health"] == "Unhealthy" {
-                let id = d["resourceID"].as_str().unwrap_or_default();
-                out.push(format!("{name} {id}"));
-            }
-        }
-    }
-    out
+    let status = items(&pod["status"]["containerStatuses"]).find(|c| c["name"] == container);
+    let resources = status.into_iter().flat_map(|st| items(&st["allocatedResourcesStatus"]));
+    let devices = resources.flat_map(|res| items(&res["resources"]).map(move |d| (res, d)));
+    devices
+        .filter(|(_, d)| d["health"] == "Unhealthy")
+        .map(|(res, d)| {
+            let (name, id) = (res["name"].as_str(), d["resourceID"].as_str());
+            format!("{} {}", name.unwrap_or_default(), id.unwrap_or_default())
+        })
+        .collect()
 }
 
 /// The Job's limits, pod failure policy and the retries its controller has counted, from the

@@ -19,15 +19,6 @@ use crate::metrics::Metrics;
 use crate::runtime::{Container, ContainerRuntime};
 use crate::trail::Code;
 
-/// What a finished round leaves for the trail and the Node.
-pub(crate) struct RoundRecord {
-    /// One trail line per worker: (worker, code, detail).
-    pub(crate) lines: Vec<(String, Code, String)>,
-    /// `<time> <reason>: acked=… timed-out=… failed=…`, for the Node's annotation and Event.
-    pub(crate) summary: String,
-    pub(crate) all_acked: bool,
-}
-
 pub(crate) struct CheckpointRounds {
     checkpointer: Checkpointer,
     metrics: Arc<Metrics>,
@@ -158,40 +149,30 @@ impl CheckpointRounds {
             .collect()
     }
 
-    /// Count the round's results and say what to record, stamped `now`.
-    pub(crate) fn finish(
-        &self,
-        reason: &str,
-        results: &[WorkerResult],
-        now: Millis,
-    ) -> RoundRecord {
-        let mut lines = Vec::with_capacity(results.len());
+    /// Count the round's results, and say the round in one line stamped `now`, for the Node's
+    /// annotation and Event: `<time> <reason>: acked=… timed-out=… failed=…`, then each gang's.
+    pub(crate) fn finish(&self, reason: &str, results: &[WorkerResult], now: Millis) -> String {
         for r in results {
             self.metrics.checkpoints.record(r.method, r.outcome.as_str(), r.waited.as_secs_f64());
-            let code = match r.outcome {
-                Outcome::Acked => Code::CheckpointAcked,
-                Outcome::TimedOut => Code::CheckpointTimedOut,
-                Outcome::Failed => Code::CheckpointFailed,
-            };
-            let detail = format!(
-                "{reason}: {} via {} after {:.1}s",
-                r.detail,
-                r.method,
-                r.waited.as_secs_f64()
-            );
-            lines.push((r.worker.clone(), code, detail));
         }
         // A gang's round is said once, however many of its members run here.
         let mut gangs: Vec<&str> = results.iter().filter_map(|r| r.gang.as_deref()).collect();
         gangs.dedup();
         let mut summary = format!("{} {reason}: {}", rfc3339(now), checkpoint::summary(results));
         summary.extend(gangs.iter().map(|g| format!("; {g}")));
-        RoundRecord {
-            lines,
-            summary,
-            all_acked: results.iter().all(|r| r.outcome == Outcome::Acked),
-        }
+        summary
     }
+}
+
+/// A worker's line in the trail: its outcome's code, and what happened.
+pub(crate) fn trail_line(reason: &str, r: &WorkerResult) -> (Code, String) {
+    let code = match r.outcome {
+        Outcome::Acked => Code::CheckpointAcked,
+        Outcome::TimedOut => Code::CheckpointTimedOut,
+        Outcome::Failed => Code::CheckpointFailed,
+    };
+    let secs = r.waited.as_secs_f64();
+    (code, format!("{reason}: {} via {} after {secs:.1}s", r.detail, r.method))
 }
 
 /// The result of a worker that was not asked (its label is no worker id, or the workers cannot

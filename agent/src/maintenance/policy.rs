@@ -39,29 +39,40 @@ pub fn derive(raw: &RawMetadata) -> MaintenanceState {
         (pending, "upcoming-pending"),
         (ongoing, "upcoming-ongoing"),
     ];
-    let reasons = reasons.into_iter().filter_map(|(on, r)| on.then_some(r)).collect();
+    let upcoming = raw.upcoming.as_ref();
+    MaintenanceState {
+        window_start: upcoming.and_then(|u| u.window_start.clone()),
+        window_end: upcoming.and_then(|u| u.window_end.clone()),
+        can_reschedule: upcoming.is_some_and(|u| u.can_reschedule),
+        ..signalled([preempted, terminate, migrate || ongoing, pending], &reasons, Source::Metadata)
+    }
+}
 
+/// The state one source's signals stand for, the worst first: a preemption, a termination, an
+/// ongoing maintenance, a pending one. `reasons` name the signals, each where it is on; the
+/// window and `can_reschedule` are the caller's to add.
+pub(crate) fn signalled(
+    [preempted, terminating, ongoing, pending]: [bool; 4],
+    reasons: &[(bool, &'static str)],
+    source: Source,
+) -> MaintenanceState {
     let (phase, interruption) = if preempted {
         (Phase::Terminating, Some(Interruption::Preemption))
-    } else if terminate {
+    } else if terminating {
         (Phase::Terminating, Some(Interruption::HostMaintenance))
-    } else if migrate || ongoing {
+    } else if ongoing {
         (Phase::Ongoing, Some(Interruption::HostMaintenance))
     } else if pending {
         (Phase::Pending, None)
     } else {
         (Phase::None, None)
     };
-
-    let upcoming = raw.upcoming.as_ref();
     MaintenanceState {
-        sources: if phase == Phase::None { vec![] } else { vec![Source::Metadata] },
+        sources: if phase == Phase::None { vec![] } else { vec![source] },
         phase,
-        window_start: upcoming.and_then(|u| u.window_start.clone()),
-        window_end: upcoming.and_then(|u| u.window_end.clone()),
-        can_reschedule: upcoming.is_some_and(|u| u.can_reschedule),
-        reasons,
+        reasons: reasons.iter().filter_map(|&(on, r)| on.then_some(r)).collect(),
         interruption,
+        ..MaintenanceState::default()
     }
 }
 

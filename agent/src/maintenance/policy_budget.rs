@@ -70,29 +70,20 @@ pub(crate) fn budget_shortfalls(
     let preempt = c.preemption_budget + stop;
     let preemptions = preemptible != Some(false);
     let mut out = Vec::new();
-    let secs = |d: Duration| humantime::format_duration(d).to_string();
     if preemptions && preempt > PREEMPTION_NOTICE {
-        out.push(Shortfall {
-            code: "preemption-notice",
-            key: "checkpoint.preemption_budget",
-            detail: format!(
-                "checkpoint.preemption_budget + checkpoint.worker_stop = {} but Compute Engine stops a Spot/preemptible VM {} after the notice: lower the budget",
-                secs(preempt),
-                secs(PREEMPTION_NOTICE)
-            ),
-        });
+        let why = format!(
+            "Compute Engine stops a Spot/preemptible VM {} after the notice: lower the budget",
+            secs(PREEMPTION_NOTICE)
+        );
+        out.push(over("preemption-notice", "checkpoint.preemption_budget", preempt, why));
     }
     let maint = c.maintenance_budget + stop;
     if maint > MAINTENANCE_NOTICE {
-        out.push(Shortfall {
-            code: "maintenance-notice",
-            key: "checkpoint.maintenance_budget",
-            detail: format!(
-                "checkpoint.maintenance_budget + checkpoint.worker_stop = {} but Compute Engine gives {} notice before a host maintenance that terminates the VM: lower the budget",
-                secs(maint),
-                secs(MAINTENANCE_NOTICE)
-            ),
-        });
+        let why = format!(
+            "Compute Engine gives {} notice before a host maintenance that terminates the VM: lower the budget",
+            secs(MAINTENANCE_NOTICE)
+        );
+        out.push(over("maintenance-notice", "checkpoint.maintenance_budget", maint, why));
     }
     for p in pods {
         out.extend(pod_shortfalls(c, p, preemptions));
@@ -103,40 +94,41 @@ pub(crate) fn budget_shortfalls(
 /// The limits one worker pod sets (the preemption ones only where `preemptions` can come).
 fn pod_shortfalls(c: &CheckpointConfig, p: &WorkerPod, preemptions: bool) -> Vec<Shortfall> {
     let stop = c.worker_stop;
-    let secs = |d: Duration| humantime::format_duration(d).to_string();
-    let mut out = Vec::new();
     let budgets = [
         (preemptions, "checkpoint.preemption_budget", c.preemption_budget),
         (c.on_sigterm != OnSigterm::Never, "checkpoint.sigterm_budget", c.sigterm_budget),
     ];
+    let mut out = Vec::new();
     for (_, key, budget) in budgets.into_iter().filter(|&(on, _, b)| on && b + stop > p.grace) {
-        let needed = budget + stop;
-        out.push(Shortfall {
-            code: "pod-grace",
-            key,
-            detail: format!(
-                "{key} + checkpoint.worker_stop = {} but worker pod {} is killed {} after its SIGTERM (terminationGracePeriodSeconds): raise its grace period or lower the budget",
-                secs(needed),
-                p.pod,
-                secs(p.grace)
-            ),
-        });
+        let why = format!(
+            "worker pod {} is killed {} after its SIGTERM (terminationGracePeriodSeconds): raise its grace period or lower the budget",
+            p.pod,
+            secs(p.grace)
+        );
+        out.push(over("pod-grace", key, budget + stop, why));
     }
     let needed = c.preemption_budget + stop;
     // NB: a pod whose own grace is already too short is said once, above.
     if preemptions && !p.critical && needed <= p.grace && needed > GKE_NON_CRITICAL_SHUTDOWN {
-        out.push(Shortfall {
-            code: "gke-node-shutdown",
-            key: "checkpoint.preemption_budget",
-            detail: format!(
-                "checkpoint.preemption_budget + checkpoint.worker_stop = {} but on a GKE Spot/preemptible node the kubelet gives non-system pod {} at most {} at preemption, whatever its grace period: lower the budget to fit",
-                secs(needed),
-                p.pod,
-                secs(GKE_NON_CRITICAL_SHUTDOWN)
-            ),
-        });
+        let why = format!(
+            "on a GKE Spot/preemptible node the kubelet gives non-system pod {} at most {} at preemption, whatever its grace period: lower the budget to fit",
+            p.pod,
+            secs(GKE_NON_CRITICAL_SHUTDOWN)
+        );
+        out.push(over("gke-node-shutdown", "checkpoint.preemption_budget", needed, why));
     }
     out
+}
+
+/// The budget `key` plus the worker's stop, `needed`, is more than the platform gives: `why`.
+fn over(code: &'static str, key: &'static str, needed: Duration, why: String) -> Shortfall {
+    let detail = format!("{key} + checkpoint.worker_stop = {} but {why}", secs(needed));
+    Shortfall { code, key, detail }
+}
+
+/// A duration as the details say it: `30s`, `1m 5s`.
+fn secs(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
 }
 
 #[cfg(test)]

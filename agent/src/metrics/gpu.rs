@@ -17,64 +17,30 @@ pub(crate) struct GpuLabels {
     pub(crate) uuid: String,
 }
 
-/// One of a GPU's health states (healthy, degraded, failed).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct HealthLabels {
-    #[prometheus(flatten)]
-    pub(crate) id: GpuLabels,
-    pub(crate) state: &'static str,
-}
-
-/// An ECC count: the counter (volatile, aggregate) and severity (corrected, uncorrected).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct EccLabels {
-    #[prometheus(flatten)]
-    pub(crate) id: GpuLabels,
-    pub(crate) counter: &'static str,
-    pub(crate) severity: &'static str,
-}
-
-/// Remapped rows of one kind (correctable, uncorrectable).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct RemapLabels {
-    #[prometheus(flatten)]
-    pub(crate) id: GpuLabels,
-    pub(crate) kind: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct ThrottleLabels {
-    #[prometheus(flatten)]
-    pub(crate) id: GpuLabels,
-    pub(crate) reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct XidLabels {
-    #[prometheus(flatten)]
-    pub(crate) id: GpuLabels,
-    pub(crate) xid: u64,
-}
+/// One GPU and its series' own labels, encoded after `gpu` and `uuid`: a health `state`, an ECC
+/// count's `counter` (volatile, aggregate) and `severity` (corrected, uncorrected), remapped
+/// rows' `kind` (correctable, uncorrectable), a throttle `reason`, an `xid`.
+type GpuAnd<const N: usize, V = &'static str> = (GpuLabels, Labels<N, V>);
 
 #[derive(Default)]
 pub(crate) struct GpuMetrics {
     pub(crate) monitoring: Gauge,
     /// `state`: one of the monitor's (starting, off, no-gpu, waiting-for-driver, on).
     pub(crate) monitor_state: Family<Labels<1>, Gauge>,
-    pub(crate) health: Family<HealthLabels, Gauge>,
+    pub(crate) health: Family<GpuAnd<1>, Gauge>,
     pub(crate) temperature: Family<GpuLabels, Gauge>,
     pub(crate) power: Family<GpuLabels, F64Gauge>,
     pub(crate) utilization: Family<GpuLabels, F64Gauge>,
     pub(crate) memory_used: Family<GpuLabels, Gauge>,
     pub(crate) memory_total: Family<GpuLabels, Gauge>,
-    pub(crate) ecc_errors: Family<EccLabels, Gauge>,
+    pub(crate) ecc_errors: Family<GpuAnd<2>, Gauge>,
     pub(crate) retired_pages: Family<GpuLabels, Gauge>,
     pub(crate) retired_pages_pending: Family<GpuLabels, Gauge>,
-    pub(crate) remapped_rows: Family<RemapLabels, Gauge>,
+    pub(crate) remapped_rows: Family<GpuAnd<1>, Gauge>,
     pub(crate) remap_pending: Family<GpuLabels, Gauge>,
     pub(crate) remap_failure: Family<GpuLabels, Gauge>,
-    pub(crate) throttle: Family<ThrottleLabels, Gauge>,
-    pub(crate) xid_events: Family<XidLabels, Counter>,
+    pub(crate) throttle: Family<GpuAnd<1>, Gauge>,
+    pub(crate) xid_events: Family<GpuAnd<1, u64>, Counter>,
 }
 
 impl GpuMetrics {
@@ -123,23 +89,23 @@ impl GpuMetrics {
         let id = GpuLabels { gpu: 0, uuid: "GPU-0".into() };
         self.monitoring.set(1);
         self.monitor_state.get_or_create(&[("state", "on")]).set(1);
-        let health = HealthLabels { id: id.clone(), state: "healthy" };
+        let health = (id.clone(), [("state", "healthy")]);
         self.health.get_or_create(&health).set(1);
         self.temperature.get_or_create(&id).set(40);
         self.power.get_or_create(&id).set(70.0);
         self.utilization.get_or_create(&id).set(0.5);
         self.memory_used.get_or_create(&id).set(1);
         self.memory_total.get_or_create(&id).set(2);
-        let ecc = EccLabels { id: id.clone(), counter: "volatile", severity: "corrected" };
+        let ecc = (id.clone(), [("counter", "volatile"), ("severity", "corrected")]);
         self.ecc_errors.get_or_create(&ecc).set(0);
         self.retired_pages.get_or_create(&id).set(0);
         self.retired_pages_pending.get_or_create(&id).set(0);
-        let remap = RemapLabels { id: id.clone(), kind: "correctable" };
+        let remap = (id.clone(), [("kind", "correctable")]);
         self.remapped_rows.get_or_create(&remap).set(0);
         self.remap_pending.get_or_create(&id).set(0);
         self.remap_failure.get_or_create(&id).set(0);
-        let throttle = ThrottleLabels { id: id.clone(), reason: "gpu-idle" };
+        let throttle = (id.clone(), [("reason", "gpu-idle")]);
         self.throttle.get_or_create(&throttle).set(1);
-        self.xid_events.get_or_create(&XidLabels { id, xid: 13 }).inc();
+        self.xid_events.get_or_create(&(id, [("xid", 13)])).inc();
     }
 }

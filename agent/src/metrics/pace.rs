@@ -5,19 +5,18 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::F64Gauge;
+use super::{F64Gauge, Labels};
 
-/// One member of a gang on this node.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct PaceLabels {
-    pub(crate) gang: String,
-    pub(crate) worker: String,
+/// One member of a gang on this node: its `gang` and `worker`.
+type PaceLabels = Labels<2, String>;
+
+fn member(gang: &str, worker: &str) -> PaceLabels {
+    [("gang", gang.to_string()), ("worker", worker.to_string())]
 }
 
 #[derive(Default)]
@@ -57,7 +56,7 @@ impl PaceMetrics {
         baseline: Option<f64>,
         slow: bool,
     ) {
-        let id = PaceLabels { gang: gang.to_string(), worker: worker.to_string() };
+        let id = member(gang, worker);
         let mut all = self.exported.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(old) = all.get(worker).filter(|g| *g != gang) {
             self.drop_series(old, worker);
@@ -76,15 +75,12 @@ impl PaceMetrics {
 
     /// `worker` is no gang member with its pace measured now (pace off, no gang): its series go.
     pub(crate) fn forget(&self, worker: &str) {
-        let mut all = self.exported.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(gang) = all.remove(worker) {
-            self.drop_series(&gang, worker);
-        }
+        self.retain(|w| w != worker);
     }
 
     /// `worker`'s series labelled with `gang`, gone.
     fn drop_series(&self, gang: &str, worker: &str) {
-        let id = PaceLabels { gang: gang.to_string(), worker: worker.to_string() };
+        let id = member(gang, worker);
         self.rate.remove(&id);
         self.baseline.remove(&id);
         self.slow.remove(&id);

@@ -26,8 +26,6 @@ struct Exported {
     state: Option<&'static str>,
     /// The stage whose `vigil_worker_incident_stage` series exists.
     stage: Option<&'static str>,
-    heartbeat: bool,
-    silence: bool,
     /// The latest restart known (coordinator clock, ms).
     restarted: Option<Millis>,
 }
@@ -84,19 +82,13 @@ fn set_current(
     family.get_or_create(&series(value)).set(1);
 }
 
-/// `id`'s series in `family` set to `value`; removed for `None` when `exported` (kept up to date).
-fn set_or_remove(
-    family: &Family<WorkerLabels, F64Gauge>,
-    id: &WorkerLabels,
-    value: Option<f64>,
-    exported: &mut bool,
-) {
+/// `id`'s series in `family` set to `value`, removed for `None` (if it is there).
+fn set_or_remove(family: &Family<WorkerLabels, F64Gauge>, id: &WorkerLabels, value: Option<f64>) {
     if let Some(v) = value {
         family.get_or_create(id).set(v);
-    } else if *exported {
+    } else {
         family.remove(id);
     }
-    *exported = value.is_some();
 }
 
 impl WorkerMetrics {
@@ -130,8 +122,8 @@ impl WorkerMetrics {
         set_current(&self.state, "state", s.worker, s.state, &mut e.state);
         set_current(&self.stage, "stage", s.worker, s.stage, &mut e.stage);
         let age = s.heartbeat.map(|hb| seconds((s.now - hb).max(0)));
-        set_or_remove(&self.heartbeat_age, &id, age, &mut e.heartbeat);
-        set_or_remove(&self.allowed_silence, &id, s.silence.map(seconds), &mut e.silence);
+        set_or_remove(&self.heartbeat_age, &id, age);
+        set_or_remove(&self.allowed_silence, &id, s.silence.map(seconds));
         if let Some(at) = s.restarted {
             Self::set_restart(&self.last_restart, e, &id, at);
         }

@@ -8,7 +8,8 @@
 
 use crate::accel::tpu::policy::allocatable_chips;
 use crate::clock::{parse_rfc3339, rfc3339, Millis};
-use crate::vocab::maintenance::{Interruption, MaintenanceState, Phase, Source};
+use crate::maintenance::policy::signalled;
+use crate::vocab::maintenance::{MaintenanceState, Phase, Source};
 use crate::vocab::node_info::TPU_RESOURCE;
 use crate::vocab::node_info::{GkeMaintenance, NodeInfo, Provisioning, RawNode, TpuTopology};
 
@@ -206,29 +207,13 @@ pub(crate) fn labels_state(info: &NodeInfo) -> MaintenanceState {
         (m.active, REASON_ACTIVE),
         (m.scheduled, REASON_SCHEDULED),
     ];
-    let reasons = signals.into_iter().filter_map(|(on, r)| on.then_some(r)).collect();
     let preemptible = info.provisioning.as_ref().is_some_and(|p| p.preemptible());
-    let (phase, interruption) = if m.terminating && preemptible {
-        (Phase::Terminating, Some(Interruption::Preemption))
-    } else if m.terminating {
-        (Phase::Terminating, Some(Interruption::HostMaintenance))
-    } else if m.active {
-        (Phase::Ongoing, Some(Interruption::HostMaintenance))
-    } else if m.scheduled {
-        (Phase::Pending, None)
-    } else {
-        (Phase::None, None)
-    };
+    let worst_first = [m.terminating && preemptible, m.terminating, m.active, m.scheduled];
     MaintenanceState {
-        phase,
         window_start: m.scheduled_at.map(rfc3339),
-        window_end: None,
         // NB: the labels do not say whether the event may be started early; only the metadata
-        // server's `can_reschedule` lets opportunistic maintenance act.
-        can_reschedule: false,
-        reasons,
-        interruption,
-        sources: if phase == Phase::None { vec![] } else { vec![Source::NodeLabels] },
+        // server's `can_reschedule` lets opportunistic maintenance act (it stays false here).
+        ..signalled(worst_first, &signals, Source::NodeLabels)
     }
 }
 

@@ -1,5 +1,6 @@
 use super::*;
 use crate::config::FleetConfig;
+use crate::vocab::maintenance::Interruption;
 use crate::vocab::node_info::{place, NodeTaint, Place};
 
 fn raw(labels: &[(&str, &str)]) -> RawNode {

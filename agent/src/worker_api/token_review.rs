@@ -18,7 +18,7 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, TokenRe
 use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 
-use crate::kube::client::{kube_client, ConnectError};
+use crate::kube::client::{kube_client, ConnectError, PodError};
 use crate::runtime::container::PodIdentity;
 
 /// The user-info extra keys the API server sets for a token bound to a pod
@@ -140,18 +140,16 @@ impl TokenReviewer for KubeTokenReview {
             },
             ..TokenReview::default()
         };
+        // Bounded like every pods call (10 s); a 403 names the missing RBAC rule.
         let params = PostParams::default();
-        let call = tokio::time::timeout(Duration::from_secs(10), api.create(&params, &ask));
-        let silent = |_| ReviewUnavailable("the Kubernetes API did not answer within 10s".into());
-        match call.await.map_err(silent)? {
-            Ok(review) => Ok(interpret(&review.status.unwrap_or_default(), &self.audience)),
-            Err(kube::Error::Api(e)) if e.code == 403 => Err(ReviewUnavailable(format!(
-                "forbidden: the agent's ServiceAccount needs `create` on `tokenreviews.authentication.k8s.io` (deploy/base/rbac.yaml): {}",
-                e.message
-            ))),
+        let call = api.create(&params, &ask);
+        let resource = "tokenreviews.authentication.k8s.io";
+        let review = PodError::bounded(call, "create", resource).await.map_err(|e| match e {
             // NB: kube's error text names the URL and the cause, never the request body.
-            Err(e) => Err(ReviewUnavailable(e.to_string())),
-        }
+            PodError::Api { source, .. } => ReviewUnavailable(source.to_string()),
+            e => ReviewUnavailable(e.to_string()),
+        })?;
+        Ok(interpret(&review.status.unwrap_or_default(), &self.audience))
     }
 }
 

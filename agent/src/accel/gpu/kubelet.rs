@@ -87,12 +87,10 @@ pub(crate) async fn resolve(
             });
             listed.insert(driver.to_string(), devices);
         }
-        let gpu = listed
-            .get(driver)
-            .into_iter()
-            .flatten()
-            .find(|d| d.pool == pool && d.name == name)
-            .and_then(|d| d.parent_uuid.clone().or_else(|| d.uuid.clone()));
+        // NB: `get`, not an index: no panic path, though the entry was inserted just above.
+        let mut listed_here = listed.get(driver).into_iter().flatten();
+        let device = listed_here.find(|d| d.pool == pool && d.name == name);
+        let gpu = device.and_then(|d| d.parent_uuid.clone().or_else(|| d.uuid.clone()));
         if let Some(uuid) = gpu {
             r.device = uuid;
             out.push(r);

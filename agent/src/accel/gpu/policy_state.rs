@@ -188,18 +188,13 @@ fn salvage(text: &str, boot_id: &str, path: &str, error: &str) -> Restored {
 /// Every distinct `GPU-<hex and dashes>` in `text`, in order.
 fn uuids_in(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    let mut rest = text;
-    while let Some(i) = rest.find("GPU-") {
-        let tail = &rest[i + 4..];
-        let body: String =
-            tail.chars().take_while(|c| c.is_ascii_hexdigit() || *c == '-').collect();
-        if body.len() >= 8 {
-            let uuid = format!("GPU-{body}");
-            if !out.contains(&uuid) {
-                out.push(uuid);
-            }
+    for (i, _) in text.match_indices("GPU-") {
+        let tail = text[i + 4..].chars();
+        let body: String = tail.take_while(|c| c.is_ascii_hexdigit() || *c == '-').collect();
+        let uuid = format!("GPU-{body}");
+        if body.len() >= 8 && !out.contains(&uuid) {
+            out.push(uuid);
         }
-        rest = tail;
     }
     out
 }

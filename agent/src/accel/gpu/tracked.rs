@@ -9,9 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::accel::gpu::model::{GpuMonitorState, GpuReport, GpuSample};
 use crate::accel::tracker::Tracked;
 use crate::alerts::AlertKind;
-use crate::metrics::gpu::{
-    EccLabels, GpuLabels, GpuMetrics, HealthLabels, RemapLabels, ThrottleLabels, XidLabels,
-};
+use crate::metrics::gpu::{GpuLabels, GpuMetrics};
 use crate::metrics::Metrics;
 use crate::trail::Code;
 
@@ -33,7 +31,7 @@ impl Tracked for GpuReport {
         for g in &self.gpus {
             let id = GpuLabels { gpu: g.index, uuid: g.uuid.clone() };
             for state in ["healthy", "degraded", "failed"] {
-                let labels = HealthLabels { id: id.clone(), state };
+                let labels = (id.clone(), [("state", state)]);
                 m.health.get_or_create(&labels).set(i64::from(g.health.as_str() == state));
             }
             record_sample(m, &id, &g.sample);
@@ -42,7 +40,7 @@ impl Tracked for GpuReport {
             for (xid, count) in &g.xid_counts {
                 let before = seen.xids.insert((id.uuid.clone(), *xid), *count).unwrap_or(0);
                 if *count > before {
-                    let labels = XidLabels { id: id.clone(), xid: *xid };
+                    let labels = (id.clone(), [("xid", *xid)]);
                     m.xid_events.get_or_create(&labels).inc_by(count - before);
                 }
             }
@@ -91,13 +89,13 @@ fn record_sample(m: &GpuMetrics, id: &GpuLabels, s: &GpuSample) {
         ("aggregate", "uncorrected", s.ecc_aggregate_uncorrected),
     ] {
         if let Some(v) = v {
-            let labels = EccLabels { id: id.clone(), counter, severity };
+            let labels = (id.clone(), [("counter", counter), ("severity", severity)]);
             m.ecc_errors.get_or_create(&labels).set(saturating(v));
         }
     }
     let rows = remap.map(|r| [("correctable", r.correctable), ("uncorrectable", r.uncorrectable)]);
     for (kind, v) in rows.into_iter().flatten() {
-        let labels = RemapLabels { id: id.clone(), kind };
+        let labels = (id.clone(), [("kind", kind)]);
         m.remapped_rows.get_or_create(&labels).set(i64::from(v));
     }
 }
@@ -108,7 +106,7 @@ fn record_throttle(m: &GpuMetrics, id: &GpuLabels, s: &GpuSample, seen: &mut Gpu
         seen.throttled.insert((id.uuid.clone(), *reason));
     }
     for (_, reason) in seen.throttled.iter().filter(|(u, _)| *u == id.uuid) {
-        let labels = ThrottleLabels { id: id.clone(), reason };
+        let labels = (id.clone(), [("reason", *reason)]);
         let active = s.throttle_reasons.contains(reason);
         m.throttle.get_or_create(&labels).set(i64::from(active));
     }

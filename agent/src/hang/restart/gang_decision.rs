@@ -7,7 +7,6 @@
 //! gives back is the state machine's answer, as for a worker's pass. Each member's restart is
 //! then its own node's worker pass (`super::gang`, `super::pipeline`).
 
-use crate::alerts::AlertKind;
 use crate::clock::Millis;
 use crate::coord::caps::{breaker_day, Allowance, Breaker, Caps};
 use crate::coord::lease::Lease;
@@ -145,7 +144,7 @@ impl GangDecider<'_> {
             Step::Caps => match self.take_gang_caps(g, now).await? {
                 None => Ok(Seen::Pass),
                 Some(refused) => {
-                    let r = Refusal::blocked(g, vec![refused]);
+                    let r = (Skip::Blocked, blocked(g, &[refused]));
                     self.refuse(case, g, &f.inc, &f.members, r, now).await
                 }
             },
@@ -218,7 +217,7 @@ impl GangDecider<'_> {
         // member or a spent breaker a passing one.
         let (run, beats) = (state.fruitless.as_ref(), Beat::of_members(&members));
         if let Some(refusing) = policy_fruitless::refusal(run, &beats, t.max_fruitless) {
-            let r = Refusal::fruitless(d.g, refusing);
+            let r = (Skip::Fruitless, policy_fruitless::describe(refusing, RunOf::Gang(&d.g.id)));
             return self.refuse(case, d.g, &inc, &members, r, now).await;
         }
         if let Some(who) = gp::starting(&members) {
@@ -227,7 +226,8 @@ impl GangDecider<'_> {
         }
         let why = gp::blockers(&members, d.g.size, now, &t);
         if !why.is_empty() {
-            return self.refuse(case, d.g, &inc, &members, Refusal::blocked(d.g, why), now).await;
+            let r = (Skip::Blocked, blocked(d.g, &why));
+            return self.refuse(case, d.g, &inc, &members, r, now).await;
         }
         pass.fresh = Some(Fresh { inc, members, run: state.fruitless });
         Ok(Seen::Pass)
@@ -317,30 +317,12 @@ impl GangDecider<'_> {
     }
 }
 
-/// Why a gang's decision was refused, as its page and its trail say it.
-pub(super) struct Refusal {
-    pub(super) kind: AlertKind,
-    /// Where the pass stops, and the trail's code (`Skip::code`).
-    pub(super) skip: Skip,
-    /// The page's de-duplication kind (`P:gang:{G}:alert:<incident>:<dedup>`).
-    pub(super) dedup: &'static str,
-    pub(super) detail: String,
-}
-
-impl Refusal {
-    /// Nobody is restarted: one page per gang incident naming every blocking member and why.
-    pub(super) fn blocked(g: &Gang, why: Vec<String>) -> Self {
-        let detail = format!(
-            "gang {} is hung but cannot be restarted as a whole, so no member is restarted (a partial restart breaks the job's rendezvous): {}",
-            g.id,
-            why.join("; ")
-        );
-        Self { kind: AlertKind::GangBlocked, skip: Skip::Blocked, dedup: "blocked", detail }
-    }
-
-    /// The gang's restarts have not helped: one page per gang incident, the trail once.
-    pub(super) fn fruitless(g: &Gang, run: &Fruitless) -> Self {
-        let detail = policy_fruitless::describe(run, RunOf::Gang(&g.id));
-        Self { kind: AlertKind::Fruitless, skip: Skip::Fruitless, dedup: "fruitless", detail }
-    }
+/// Why nobody is restarted, as the `gang-blocked` page and the trail say it (one page per gang
+/// incident naming every blocking member and why).
+fn blocked(g: &Gang, why: &[String]) -> String {
+    format!(
+        "gang {} is hung but cannot be restarted as a whole, so no member is restarted (a partial restart breaks the job's rendezvous): {}",
+        g.id,
+        why.join("; ")
+    )
 }

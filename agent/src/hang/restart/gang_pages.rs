@@ -12,10 +12,10 @@ use crate::hang::marks::MARK_TTL;
 use crate::hang::model::Gang;
 use crate::hang::model_gang::{Decision, GangIncident, GangState, Member};
 use crate::hang::policy_gang as gp;
-use crate::hang::policy_pipeline::{Seen, Unit};
+use crate::hang::policy_pipeline::{Seen, Skip, Unit};
 use crate::trail::Code;
 
-use super::gang_decision::{GangDecider, Refusal};
+use super::gang_decision::GangDecider;
 use super::pager::Pager;
 use super::{Case, RestartPath};
 
@@ -104,25 +104,32 @@ impl GangDecider<'_> {
         paged.map(drop)
     }
 
-    /// A decision refused: its page once per gang incident (placed at the member that stopped
-    /// first), its trail entry once; the pass stops at its skip.
+    /// A decision refused — `Skip::Blocked` (a member cannot take part, a cap) or
+    /// `Skip::Fruitless` (the gang's restarts have not helped), and what its page says: its page
+    /// once per gang incident (placed at the member that stopped first), its trail entry once
+    /// (the skip's code); the pass stops at its skip.
     pub(super) async fn refuse(
         &mut self,
         case: &Case<'_>,
         g: &Gang,
         inc: &GangIncident,
         members: &[Member],
-        r: Refusal,
+        (skip, detail): (Skip, String),
         now: Millis,
     ) -> Result<Seen, CoordError> {
-        let key = self.ctx.keys.gang_alert(&g.id, &inc.id, r.dedup);
+        // The page's kind, and its de-duplication kind (`P:gang:{G}:alert:<incident>:<dedup>`).
+        let (kind, dedup) = match skip {
+            Skip::Fruitless => (AlertKind::Fruitless, "fruitless"),
+            _ => (AlertKind::GangBlocked, "blocked"),
+        };
+        let key = self.ctx.keys.gang_alert(&g.id, &inc.id, dedup);
         let first = gp::first_stopped(members, now);
-        let mut a = self.pager.gang_alert(r.kind, g, members, first, r.detail.clone());
+        let mut a = self.pager.gang_alert(kind, g, members, first, detail.clone());
         a.incident = Some(inc.id.clone());
         self.pager.page_once(&key, MARK_TTL, a, Unit::Gang, now).await?;
         let about = case.about().incident(&inc.id).once();
-        self.journal.note(now, about, r.skip.code(), r.detail).await?;
-        Ok(Seen::Skip(r.skip))
+        self.journal.note(now, about, skip.code(), detail).await?;
+        Ok(Seen::Skip(skip))
     }
 }
 

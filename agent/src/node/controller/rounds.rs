@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::config::OnSigterm;
+use crate::maintenance::checkpoint::trail_line;
 use crate::maintenance::request::{Outcome, WorkerResult};
 use crate::trail::Code;
 use crate::vocab::node::EventType;
@@ -46,14 +47,16 @@ impl Controller {
         let now = self.notes.now().await;
         self.last_round_ended = Some(tokio::time::Instant::now());
         self.lose_to_round(now);
-        let record = self.rounds.finish(reason, results, now);
-        for (worker, code, detail) in record.lines {
-            self.notes.note(self.state.phase, &worker, code, detail).await;
+        let summary = self.rounds.finish(reason, results, now);
+        for r in results {
+            let (code, detail) = trail_line(reason, r);
+            self.notes.note(self.state.phase, &r.worker, code, detail).await;
         }
-        self.node.view.last_checkpoint = Some(record.summary.clone());
+        self.node.view.last_checkpoint = Some(summary.clone());
         self.node.publish().await;
-        let kind = if record.all_acked { EventType::Normal } else { EventType::Warning };
-        let message = format!("vigil: checkpoint requested ({})", record.summary);
+        let acked = results.iter().all(|r| r.outcome == Outcome::Acked);
+        let kind = if acked { EventType::Normal } else { EventType::Warning };
+        let message = format!("vigil: checkpoint requested ({summary})");
         self.node.event("VigilCheckpoint", &message, kind).await;
     }
 
