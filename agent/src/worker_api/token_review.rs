@@ -140,7 +140,8 @@ impl TokenReviewer for KubeTokenReview {
             },
             ..TokenReview::default()
         };
-        // Bounded like every pods call (10 s); a 403 names the missing RBAC rule.
+        // Bounded as the pod API's calls are (`PodError::bounded`, `CALL_TIMEOUT`); a 403 names
+        // the missing RBAC rule.
         let params = PostParams::default();
         let call = api.create(&params, &ask);
         let resource = "tokenreviews.authentication.k8s.io";

@@ -87,7 +87,7 @@ pub(crate) async fn resolve(
             });
             listed.insert(driver.to_string(), devices);
         }
-        // NB: `get`, not an index: no panic path, though the entry was inserted just above.
+        // NB: `get`, not an index (no panic path), though the driver's devices are listed by now.
         let mut listed_here = listed.get(driver).into_iter().flatten();
         let device = listed_here.find(|d| d.pool == pool && d.name == name);
         let gpu = device.and_then(|d| d.parent_uuid.clone().or_else(|| d.uuid.clone()));
