@@ -79,11 +79,20 @@ impl WebhookSink {
         }
     }
 
-    /// POST `body` to the webhook, with its headers and retries.
     async fn post(&self, body: &serde_json::Value) -> Result<(), AlertError> {
-        let request = || self.http.post(self.url.expose()).headers(self.headers.clone()).json(body);
-        AlertError::post("webhook", &self.url, self.attempts, request).await
+        let to = (self.http.clone(), self.url.clone(), self.headers.clone());
+        post_json(to, self.attempts, body).await
     }
+}
+
+/// POST `body` to a webhook (client, URL, headers), with retries.
+async fn post_json(
+    (http, url, headers): (reqwest::Client, Secret<Webhook>, reqwest::header::HeaderMap),
+    attempts: u32,
+    body: &serde_json::Value,
+) -> Result<(), AlertError> {
+    let request = || http.post(url.expose()).headers(headers.clone()).json(body);
+    AlertError::post("webhook", &url, attempts, request).await
 }
 
 #[async_trait]
@@ -134,14 +143,13 @@ impl AlertSink for WebhookSink {
         };
         // NB: in the background, as Alertmanager's resolves: the engine resolves under the
         // node lock, whose TTL is sized for one alert's delivery.
-        let (http, url, headers) = (self.http.clone(), self.url.clone(), self.headers.clone());
+        let to = (self.http.clone(), self.url.clone(), self.headers.clone());
         let (attempts, worker) = (self.attempts, worker.to_string());
         let bodies: Vec<_> =
             keys.iter().map(|k| pagerduty_resolve(k, self.routing_key.expose())).collect();
         super::in_background(async move {
             for body in bodies {
-                let request = || http.post(url.expose()).headers(headers.clone()).json(&body);
-                if let Err(e) = AlertError::post("webhook", &url, attempts, request).await {
+                if let Err(e) = post_json(to.clone(), attempts, &body).await {
                     tracing::error!(error = %e, worker, "resolving the PagerDuty incident failed");
                 }
             }

@@ -282,11 +282,13 @@ pub(crate) const STRONG: u32 = 2;
 /// The member a slow gang waits for (`suspect`: the tests' and the replays' view), with the
 /// evidence's score: compute time 2 points, a node signal or a lag 1 each.
 pub(crate) fn suspect_scored(members: &[Member]) -> Option<(&Member, Vec<String>, u32)> {
-    let signalled: Vec<&Member> = members.iter().filter(|m| !m.slow.is_empty()).collect();
+    let mut signalled: Vec<&Member> = members.iter().filter(|m| !m.slow.is_empty()).collect();
     // A node signal counts only where a minority of the gang's nodes show it.
-    let minority = signalled.len() * 2 < members.len();
-    let signals = signalled.into_iter().filter(|_| minority);
-    let signals = signals.map(|m| (m, 1, format!("its node shows {}", m.slow.join(", "))));
+    if signalled.len() * 2 >= members.len() {
+        signalled.clear();
+    }
+    let signals =
+        signalled.into_iter().map(|m| (m, 1, format!("its node shows {}", m.slow.join(", "))));
     let evidence = computes_longest(members).into_iter().chain(signals).chain(lags(members));
     let mut score: HashMap<String, (u32, Vec<String>)> = HashMap::new();
     for (m, points, why) in evidence {

@@ -213,15 +213,14 @@ pub(crate) fn pod_facts(pod: &Value, container: &str) -> Result<Workload, PodErr
 /// under DRA).
 pub(crate) fn unhealthy_devices(pod: &Value, container: &str) -> Vec<String> {
     let status = items(&pod["status"]["containerStatuses"]).find(|c| c["name"] == container);
-    let resources = status.into_iter().flat_map(|st| items(&st["allocatedResourcesStatus"]));
-    let devices = resources.flat_map(|res| items(&res["resources"]).map(move |d| (res, d)));
-    devices
-        .filter(|(_, d)| d["health"] == "Unhealthy")
-        .map(|(res, d)| {
-            let (name, id) = (res["name"].as_str(), d["resourceID"].as_str());
-            format!("{} {}", name.unwrap_or_default(), id.unwrap_or_default())
-        })
-        .collect()
+    let mut out = Vec::new();
+    for res in status.into_iter().flat_map(|st| items(&st["allocatedResourcesStatus"])) {
+        let name = res["name"].as_str().unwrap_or_default();
+        for d in items(&res["resources"]).filter(|d| d["health"] == "Unhealthy") {
+            out.push(format!("{name} {}", d["resourceID"].as_str().unwrap_or_default()));
+        }
+    }
+    out
 }
 
 /// The Job's limits, pod failure policy and the retries its controller has counted, from the
