@@ -62,8 +62,7 @@ pub(crate) fn brief(d: Duration) -> String {
     if tenths < 100 {
         return format!("{}.{}s", tenths / 10, tenths % 10);
     }
-    let secs = (ms as u64 + 500) / 1000;
-    humantime::format_duration(Duration::from_secs(secs)).to_string()
+    human(Millis::try_from(ms).unwrap_or(Millis::MAX))
 }
 
 /// A clock the in-process coordinator reads. Production uses the system clock; tests move a fake.

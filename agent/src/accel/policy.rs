@@ -5,7 +5,9 @@
 
 use crate::accel::model::Health;
 use crate::config::KubernetesConfig;
-use crate::vocab::node::{no_schedule_taint, truncate, EventType, NodeCondition, NodeDesired};
+use crate::vocab::node::{
+    no_schedule_taint, problem_condition, truncate, EventType, NodeCondition, NodeDesired,
+};
 
 /// A kind's names on the Node and in its Events (label, annotation and taint after the label
 /// prefix).
@@ -67,10 +69,8 @@ pub fn desired<A: Accelerator>(k: &KubernetesConfig, report: &A, taint: bool, d:
     let on = report.monitoring();
     d.labels.insert(format!("{p}{}", n.label), on.then(|| report.health().as_str().to_string()));
     let reasons = truncate(&report.reasons().join("; "), 1000);
-    d.annotations.insert(
-        format!("{p}{}", n.reasons_annotation),
-        (on && !reasons.is_empty()).then_some(reasons),
-    );
+    let reasons = (on && !reasons.is_empty()).then_some(reasons);
+    d.annotations.insert(format!("{p}{}", n.reasons_annotation), reasons);
     // NB: a failure outlives a monitor that stopped answering (a wedged NVML): the taint stays.
     let failed = taint && report.failures_known() && report.health() == Health::Failed;
     no_schedule_taint(d, format!("{p}{}", n.taint), failed);
@@ -78,6 +78,16 @@ pub fn desired<A: Accelerator>(k: &KubernetesConfig, report: &A, taint: bool, d:
         Some(c) => d.conditions.push(c),
         None => d.remove_conditions.push(n.condition.to_string()),
     }
+}
+
+/// A kind's condition under a verdict of `health`: True when it failed, False when healthy or
+/// degraded (still usable; the reason and `message`, cut to 1000 bytes, say why). The GPU's and
+/// the TPU's condition while monitoring.
+pub(crate) fn verdict_condition(names: &Names, health: Health, message: &str) -> NodeCondition {
+    // In the order of the scale: healthy, degraded, failed.
+    let reason = ["Healthy", "Degraded", "Failed"][health as usize];
+    let failed = Some(health == Health::Failed);
+    problem_condition(names.condition, failed, reason, truncate(message, 1000))
 }
 
 /// The Event reason and type for a kind's health changing to `health`.

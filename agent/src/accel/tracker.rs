@@ -65,7 +65,7 @@ impl<A: Tracked> HealthTracker<A> {
     }
 
     /// Fold in a new report (metrics always); `Some` when the Node should show it.
-    pub(crate) fn fold(&mut self, report: A, metrics: &Metrics) -> Option<Change> {
+    pub(crate) fn fold(&mut self, mut report: A, metrics: &Metrics) -> Option<Change> {
         report.record(metrics, &mut self.seen);
         let first = !std::mem::replace(&mut self.seeded, true);
         let headline = first || report.differs(&self.report);
@@ -73,9 +73,8 @@ impl<A: Tracked> HealthTracker<A> {
             && self.published_at.is_none_or(|t| t.elapsed() >= Self::REASONS_EVERY);
         if !headline && !reasons_due {
             // Keep the previous reasons: they are what the Node shows.
-            let reasons = std::mem::take(self.report.reasons_mut());
+            std::mem::swap(report.reasons_mut(), self.report.reasons_mut());
             self.report = report;
-            *self.report.reasons_mut() = reasons;
             return None;
         }
         self.published_at = Some(Instant::now());

@@ -7,8 +7,8 @@
 //! then posted once more with `endsAt` = now (resolved). An alert without a worker (breaker,
 //! budget, coordinator, runtime) is posted once and left to Alertmanager's `resolve_timeout`.
 //!
-//! The URL may carry credentials (`https://user:token@am/`): it is a [`Secret`], shown as
-//! `https://***@am/***`.
+//! The URL may carry credentials (`https://user:token@am/`): it is a
+//! [`Secret`](crate::redact::Secret), shown as `https://***@am/***`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, Weak};
@@ -17,8 +17,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use crate::alerts::{tail_chars, Alert, AlertError, AlertKind, AlertSink, Resolve};
-use crate::redact::{Secret, Webhook};
+use crate::alerts::{tail_chars, Alert, AlertError, AlertKind, AlertSink, Endpoint, Resolve};
 
 /// The Alertmanager API v2 path alerts are posted to.
 pub(crate) const ALERTS_PATH: &str = "/api/v2/alerts";
@@ -86,9 +85,7 @@ struct Open {
 }
 
 struct Inner {
-    url: Secret<Webhook>,
-    attempts: u32,
-    http: reqwest::Client,
+    to: Endpoint,
     /// Open alerts by their labels (as JSON: the identity Alertmanager uses).
     open: Mutex<BTreeMap<String, Open>>,
 }
@@ -104,9 +101,7 @@ impl AlertmanagerSink {
     /// with the sink (it needs a Tokio runtime; without one nothing is re-posted).
     pub fn new(url: &str, timeout: Duration, attempts: u32, repost: Duration) -> Self {
         let inner = Arc::new(Inner {
-            url: url.into(),
-            attempts: attempts.max(1),
-            http: super::http_client(timeout),
+            to: Endpoint::new("alertmanager", url, timeout, attempts.max(1)).under(ALERTS_PATH),
             open: Mutex::new(BTreeMap::new()),
         });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -136,21 +131,9 @@ async fn repost_loop(inner: Weak<Inner>, every: Duration) {
         if body.is_empty() {
             continue;
         }
-        if let Err(e) = inner.post(&body).await {
+        if let Err(e) = inner.to.post(&body).await {
             tracing::error!(error = %e, alerts = body.len(), "re-posting open alerts to Alertmanager failed");
         }
-    }
-}
-
-impl Inner {
-    fn error(&self, attempts: u32, last: String) -> AlertError {
-        AlertError { sink: "alertmanager", url: self.url.redacted(), attempts, last }
-    }
-
-    async fn post(&self, body: &[Value]) -> Result<(), AlertError> {
-        let endpoint = format!("{}{ALERTS_PATH}", self.url.expose().trim_end_matches('/'));
-        let request = || self.http.post(&endpoint).json(body);
-        AlertError::post("alertmanager", &self.url, self.attempts, request).await
     }
 }
 
@@ -165,10 +148,8 @@ impl AlertSink for AlertmanagerSink {
         let starts_at = if alert.worker.is_some() {
             // Kept open (re-posted) until resolved; the same labels again is the same alert,
             // its annotations updated and its start kept.
-            let mut open =
-                self.inner.open.lock().map_err(|_| {
-                    self.inner.error(0, "alert state poisoned by a panic".to_string())
-                })?;
+            let poisoned = |_| self.inner.to.error(0, "alert state poisoned by a panic".into());
+            let mut open = self.inner.open.lock().map_err(poisoned)?;
             let entry = open
                 .entry(key(alert))
                 .or_insert_with(|| Open { alert: alert.clone(), starts_at: now });
@@ -177,33 +158,29 @@ impl AlertSink for AlertmanagerSink {
         } else {
             now
         };
-        self.inner.post(&[payload(alert, starts_at, None)]).await
+        self.inner.to.post(&[payload(alert, starts_at, None)]).await
     }
 
     fn open_workers(&self, node: &str) -> Vec<String> {
-        let Ok(open) = self.inner.open.lock() else {
-            return Vec::new();
-        };
+        let Ok(open) = self.inner.open.lock() else { return Vec::new() };
         let all =
             open.values().filter(|o| o.alert.node == node).filter_map(|o| o.alert.worker.clone());
         all.collect::<BTreeSet<_>>().into_iter().collect()
     }
 
     async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
-        let ended: Vec<Open> = match self.inner.open.lock() {
-            Ok(mut open) => {
-                let keys: Vec<String> = open
-                    .iter()
-                    .filter(|(_, o)| {
-                        o.alert.node == node
-                            && o.alert.worker.as_deref() == Some(worker)
-                            && end.covers(o.alert.kind)
-                    })
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                keys.iter().filter_map(|k| open.remove(k)).collect()
-            }
-            Err(_) => return,
+        let ended: Vec<Open> = {
+            let Ok(mut open) = self.inner.open.lock() else { return };
+            let keys: Vec<String> = open
+                .iter()
+                .filter(|(_, o)| {
+                    o.alert.node == node
+                        && o.alert.worker.as_deref() == Some(worker)
+                        && end.covers(o.alert.kind)
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            keys.iter().filter_map(|k| open.remove(k)).collect()
         };
         if ended.is_empty() {
             return;
@@ -216,7 +193,7 @@ impl AlertSink for AlertmanagerSink {
         let inner = self.inner.clone();
         let worker = worker.to_string();
         super::in_background(async move {
-            if let Err(e) = inner.post(&body).await {
+            if let Err(e) = inner.to.post(&body).await {
                 tracing::error!(error = %e, worker, "resolving alerts in Alertmanager failed; they expire after its resolve_timeout");
             }
         })

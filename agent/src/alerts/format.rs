@@ -2,17 +2,16 @@
 //! `dedup_key` that ties them) and generic JSON.
 
 use super::{tail_chars, Alert};
+use crate::vocab::node::truncate;
 
 /// The PagerDuty `dedup_key` of an alert: its incident, else node, worker and kind.
 pub(crate) fn dedup_key(alert: &Alert) -> String {
     match &alert.incident {
         Some(i) => format!("vigil/{i}"),
-        None => format!(
-            "vigil/{}/{}/{}",
-            alert.node,
-            alert.worker.as_deref().unwrap_or("-"),
-            alert.kind.as_str()
-        ),
+        None => {
+            let worker = alert.worker.as_deref().unwrap_or("-");
+            format!("vigil/{}/{worker}/{}", alert.node, alert.kind.as_str())
+        }
     }
 }
 
@@ -25,9 +24,7 @@ pub(crate) fn pagerduty_trigger(alert: &Alert, routing_key: &str) -> serde_json:
     };
     let mut summary = alert.summary();
     if summary.len() > 1024 {
-        let end = (0..=1021).rev().find(|&i| summary.is_char_boundary(i)).unwrap_or(0);
-        summary.truncate(end);
-        summary.push_str("...");
+        summary = format!("{}...", truncate(&summary, 1021));
     }
     let mut details = serde_json::to_value(alert).unwrap_or_default();
     if let Some(logs) = alert.logs.as_deref() {

@@ -82,10 +82,7 @@ impl AlertGate {
         };
         // A retry not taken may have won with its lost write: read back what is there.
         let answer = match coord.set_nx(key, &value, held).await {
-            Ok(false) if retry => {
-                let read = coord.get_many(&[key.to_string()]).await;
-                read.map(|mut v| v.pop().flatten().as_deref() == Some(value.as_str()))
-            }
+            Ok(false) if retry => coord.get(key).await.map(|v| v.as_ref() == Some(&value)),
             answer => answer,
         };
         let won = match answer {
@@ -143,10 +140,8 @@ impl AlertGate {
         }
         let keys: Vec<String> = self.owed.keys().cloned().collect();
         for key in keys {
-            let Some(((at, holds), ttl)) = self.owed.get(&key).map(|o| (o.stands.clone(), o.ttl))
-            else {
-                continue;
-            };
+            let Some(o) = self.owed.get(&key) else { continue };
+            let ((at, holds), ttl) = (o.stands.clone(), o.ttl);
             // NB: what it announces is over (closed by any agent): owed no more. One whose
             // read or claim fails stays owed; the others are tried all the same.
             match coord.get(&at).await {
@@ -157,11 +152,10 @@ impl AlertGate {
                 }
                 Err(_) => continue,
             }
-            if let Ok(won) = self.claim(coord, &key, now, ttl, lease).await {
-                let o = self.owed.shift_remove(&key).expect("owed");
-                if won {
-                    due.push(o.alert);
-                }
+            let Ok(won) = self.claim(coord, &key, now, ttl, lease).await else { continue };
+            let owed = self.owed.shift_remove(&key);
+            if won {
+                due.extend(owed.map(|o| o.alert));
             }
         }
         due
@@ -182,13 +176,9 @@ impl AlertGate {
             return;
         }
         let keys: Vec<String> = self.won.keys().cloned().collect();
-        let Ok(values) = coord.get_many(&keys).await else {
-            return;
-        };
+        let Ok(values) = coord.get_many(&keys).await else { return };
         for (key, value) in keys.into_iter().zip(values) {
-            let Some((ours, ttl)) = self.won.shift_remove(&key) else {
-                continue;
-            };
+            let Some((ours, ttl)) = self.won.shift_remove(&key) else { continue };
             if value.as_deref() != Some(ours.as_str()) {
                 continue;
             }

@@ -7,8 +7,13 @@
 //! De-duplication is *not* done here: the pipeline decides, with shared keys, whether an alert is
 //! the first for its incident. A sink only delivers.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde::Serialize;
+
+use crate::metrics::Metrics;
+use crate::redact::{Secret, Webhook};
 
 pub mod alertmanager;
 mod format;
@@ -216,38 +221,62 @@ pub struct AlertError {
     pub(crate) last: String,
 }
 
-impl AlertError {
-    /// POST by `request` until a 2xx, `attempts` times at most (the alert backoff before
+/// Where a sink posts: its URL (a secret: only ever shown redacted, as its errors name it), the
+/// address posted to (the URL, or an API's path under it), the HTTP client with the extra
+/// headers it sends, and the attempts a post gets. Cloned into the background for resolves.
+#[derive(Clone)]
+struct Endpoint {
+    /// Which sink: `webhook` or `alertmanager`.
+    sink: &'static str,
+    /// Shown, redacted, in errors.
+    url: Secret<Webhook>,
+    /// Posted to: the URL, or a path under it (`under`).
+    target: Secret<Webhook>,
+    http: reqwest::Client,
+    headers: reqwest::header::HeaderMap,
+    attempts: u32,
+}
+
+impl Endpoint {
+    /// Posts to `url` itself, every request bounded by `timeout` (with the default client when
+    /// the builder fails).
+    fn new(sink: &'static str, url: &str, timeout: std::time::Duration, attempts: u32) -> Self {
+        let http = reqwest::Client::builder().timeout(timeout).build();
+        let http = http.unwrap_or_else(|_| reqwest::Client::new());
+        let url: Secret<Webhook> = Secret::new(url);
+        Endpoint { sink, target: url.clone(), url, http, headers: Default::default(), attempts }
+    }
+
+    /// Posts go to `path` under the URL (an API's), not to the URL itself.
+    fn under(mut self, path: &str) -> Self {
+        self.target = Secret::new(format!("{}{path}", self.url.expose().trim_end_matches('/')));
+        self
+    }
+
+    /// The sink's failure after `attempts`, naming its URL redacted.
+    fn error(&self, attempts: u32, last: String) -> AlertError {
+        AlertError { sink: self.sink, url: self.url.redacted(), attempts, last }
+    }
+
+    /// POST `body` as JSON until a 2xx, `attempts` times at most (the alert backoff before
     /// each): a 4xx other than 429 (a body the receiver rejects) will not get better by
-    /// retrying. The error names the sink and its URL, redacted.
-    pub(crate) async fn post(
-        sink: &'static str,
-        url: &crate::redact::Secret<crate::redact::Webhook>,
-        attempts: u32,
-        request: impl Fn() -> reqwest::RequestBuilder,
-    ) -> Result<(), AlertError> {
-        let fail = |attempts, last| AlertError { sink, url: url.redacted(), attempts, last };
+    /// retrying.
+    async fn post<B: Serialize + ?Sized>(&self, body: &B) -> Result<(), AlertError> {
         let mut last = String::new();
-        for attempt in 0..attempts {
+        for attempt in 0..self.attempts {
             tokio::time::sleep(crate::config::alert_backoff(attempt)).await;
-            match request().send().await {
+            let request = self.http.post(self.target.expose()).headers(self.headers.clone());
+            match request.json(body).send().await {
                 Ok(r) if r.status().is_success() => return Ok(()),
                 Ok(r) if r.status().is_client_error() && r.status().as_u16() != 429 => {
-                    return Err(fail(attempt + 1, format!("HTTP {}", r.status())))
+                    return Err(self.error(attempt + 1, format!("HTTP {}", r.status())))
                 }
                 Ok(r) => last = format!("HTTP {}", r.status()),
                 Err(e) => last = crate::http::http_error(e),
             }
         }
-        Err(fail(attempts, last))
+        Err(self.error(self.attempts, last))
     }
-}
-
-/// A sink's HTTP client, every request bounded by `timeout` (the default client when the
-/// builder fails).
-fn http_client(timeout: std::time::Duration) -> reqwest::Client {
-    let client = reqwest::Client::builder().timeout(timeout).build();
-    client.unwrap_or_else(|_| reqwest::Client::new())
 }
 
 /// Resolves' posts: spawned where there is a runtime, else awaited here.
@@ -301,7 +330,7 @@ pub trait AlertSink: Send + Sync {
 /// Several sinks (webhook and Alertmanager): every alert goes to each, at the same time (so a
 /// delivery takes no longer than the slowest sink's, as the node lock's TTL assumes); the first
 /// error is returned after all were tried, the others logged.
-pub(crate) struct Fanout(pub Vec<std::sync::Arc<dyn AlertSink>>);
+pub(crate) struct Fanout(pub Vec<Arc<dyn AlertSink>>);
 
 #[async_trait]
 impl AlertSink for Fanout {
@@ -328,15 +357,12 @@ impl AlertSink for Fanout {
 /// Delivers an alert everywhere it should go: always the log, the webhook when configured, and a
 /// metric per outcome. A failed delivery is logged and counted, never fatal.
 pub struct Notifier {
-    sink: Option<std::sync::Arc<dyn AlertSink>>,
-    metrics: std::sync::Arc<crate::metrics::Metrics>,
+    sink: Option<Arc<dyn AlertSink>>,
+    metrics: Arc<Metrics>,
 }
 
 impl Notifier {
-    pub fn new(
-        sink: Option<std::sync::Arc<dyn AlertSink>>,
-        metrics: std::sync::Arc<crate::metrics::Metrics>,
-    ) -> Self {
+    pub fn new(sink: Option<Arc<dyn AlertSink>>, metrics: Arc<Metrics>) -> Self {
         Notifier { sink, metrics }
     }
 

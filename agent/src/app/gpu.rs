@@ -7,6 +7,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::accel::gpu::kubelet::follow;
 use crate::accel::gpu::model::GpuReport;
 use crate::config::Config;
 use crate::http::health::Warnings;
@@ -30,15 +31,8 @@ pub(super) async fn gpu_health(
     let every = cfg.gpu.kubelet_health_interval;
     let heard = pods.filter(|_| !every.is_zero()).map(|pods| {
         let (tx, rx) = watch::channel(Vec::new());
-        tracker.spawn(crate::accel::gpu::kubelet::follow(
-            gpu_rx.clone(),
-            tx,
-            pods,
-            dra.clone(),
-            cfg.node_name.clone(),
-            every,
-            stop.clone(),
-        ));
+        let node = cfg.node_name.clone();
+        tracker.spawn(follow(gpu_rx.clone(), tx, pods, dra.clone(), node, every, stop.clone()));
         rx
     });
     // The GPU monitor. NVML calls block: it runs on its own thread and publishes reports.

@@ -27,6 +27,7 @@ fn code_pages_on_demand() {
     else {
         return;
     };
+    let hex = |s: &str| usize::from_str_radix(s, 16).ok();
     for line in maps.lines() {
         // `start-end perms offset dev inode path`
         let mut fields = line.splitn(6, ' ');
@@ -38,12 +39,8 @@ fn code_pages_on_demand() {
         if perms.contains('w') || std::path::Path::new(path.trim_start()) != exe {
             continue;
         }
-        let Some((Ok(start), Ok(end))) = range
-            .split_once('-')
-            .map(|(a, b)| (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)))
-        else {
-            continue;
-        };
+        let parsed = range.split_once('-').and_then(|(a, b)| hex(a).zip(hex(b)));
+        let Some((start, end)) = parsed else { continue };
         let addr = start as *mut libc::c_void;
         // SAFETY: advice on the process's own page-aligned, read-only file mapping as /proc lists
         // it: it changes which pages are resident and how they are read in, never their contents.

@@ -100,8 +100,7 @@ async fn connected<T, E: std::fmt::Display>(
     if !cfg.kubernetes_on() {
         return None;
     }
-    let client = connect.await.inspect_err(|e| tracing::error!(error = %e, "{lost}"));
-    client.ok().map(Arc::new)
+    connect.await.inspect_err(|e| tracing::error!(error = %e, "{lost}")).ok().map(Arc::new)
 }
 
 async fn node_api(cfg: &Config) -> Option<Arc<dyn NodeApi>> {
@@ -143,7 +142,7 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     agent = agent.with_node_info(node_rx.clone());
     let tpu_rx = w.tpu_monitor(node_rx.clone());
     agent = agent.with_tpu(tpu_rx.clone());
-    let (slow_tx, slow_rx) = tokio::sync::watch::channel(Default::default());
+    let (slow_tx, slow_rx) = watch::channel(Default::default());
     agent = agent.with_slow_named(slow_tx);
     let mut controller = Controller::new(
         w.cfg.clone(),
@@ -170,9 +169,7 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     w.background_loops(&agent);
     // The restart loop stops at SIGTERM; the controller then checkpoints the workers.
     let cycle = w.tracker.spawn(agent.run(term.clone()));
-    if let Some(why) = signals::until_term_or_end(cycle, &term).await {
-        return Err(RunError(why));
-    }
+    signals::until_term_or_end(cycle, &term).await?;
     w.drain(controller_done).await
 }
 
@@ -180,16 +177,13 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
 /// Node source last read it) whenever that changes; `None` until the Node is read, or without
 /// the Kubernetes API (the monitor then judges on device files and errors alone).
 async fn follow_tpu_chips(
-    mut node_rx: crate::node::info::NodeInfoRx,
+    mut node_rx: NodeInfoRx,
     expected: watch::Sender<Option<u32>>,
     stop: CancellationToken,
 ) {
     loop {
-        let chips = node_rx
-            .borrow_and_update()
-            .as_ref()
-            .and_then(|n| n.tpu_chips_per_host)
-            .and_then(|c| u32::try_from(c).ok());
+        let chips = node_rx.borrow_and_update().as_ref().and_then(|n| n.tpu_chips_per_host);
+        let chips = chips.and_then(|c| u32::try_from(c).ok());
         expected.send_if_modified(|cur| std::mem::replace(cur, chips) != chips);
         tokio::select! {
             changed = node_rx.changed() => if changed.is_err() { return },
@@ -212,22 +206,18 @@ impl Wiring {
         };
         let (runtime, why) = crate::runtime::connect(&cfg, pods.clone());
         tracing::info!(runtime = %runtime.describe(), "{why}");
+        let a = &cfg.alerts;
         let mut sinks: Vec<Arc<dyn AlertSink>> = Vec::new();
-        if !cfg.alerts.webhook_url.is_empty() {
-            let a = &cfg.alerts;
+        if !a.webhook_url.is_empty() {
             sinks.push(Arc::new(
                 WebhookSink::new(a.webhook_url.expose(), &a.page_mention, a.timeout, a.attempts)
                     .with_format(a.format, a.routing_key.expose())
                     .with_headers(a.headers.iter().map(|(n, v)| (n.as_str(), v.expose()))),
             ));
         }
-        if !cfg.alerts.alertmanager_url.is_empty() {
-            sinks.push(Arc::new(AlertmanagerSink::new(
-                cfg.alerts.alertmanager_url.expose(),
-                cfg.alerts.timeout,
-                cfg.alerts.attempts,
-                cfg.alerts.alertmanager_repost,
-            )));
+        if !a.alertmanager_url.is_empty() {
+            let (url, repost) = (a.alertmanager_url.expose(), a.alertmanager_repost);
+            sinks.push(Arc::new(AlertmanagerSink::new(url, a.timeout, a.attempts, repost)));
         }
         let sink: Option<Arc<dyn AlertSink>> = match sinks.len() {
             0 => None,
@@ -246,9 +236,7 @@ impl Wiring {
         let (tx, rx) = crate::node::info::channel();
         let lost = "Kubernetes API unavailable: the Node's labels (pool, provisioning, GKE maintenance) will not be read";
         let connect = KubeNodeReader::connect(&self.cfg.kubernetes.api_url);
-        let Some(reader) = connected(&self.cfg, connect, lost).await else {
-            return (rx, None);
-        };
+        let Some(reader) = connected(&self.cfg, connect, lost).await else { return (rx, None) };
         let reader: Arc<dyn NodeReader> = reader;
         self.tracker.spawn(crate::node::info::follow(
             reader.clone(),
@@ -271,20 +259,15 @@ impl Wiring {
         }
         let client = MetadataClient::for_host(&meta.host, Duration::from_secs(5))
             .inspect_err(|e| tracing::error!(error = %e, "metadata watcher off"));
-        let Ok(client) = client else {
-            return rx;
-        };
+        let Ok(client) = client else { return rx };
+        // `on` means the operator knows this is GCE: keep trying at start-up (the network may
+        // come up late) rather than switch the watcher off.
+        let (on, defaults) = (meta.enabled == Switch::On, WatchConfig::default());
         let watch_cfg = WatchConfig {
             timeout_sec: meta.timeout_sec,
-            // `on` means the operator knows this is GCE: keep trying at start-up (the network may
-            // come up late) rather than switch the watcher off.
-            startup_attempts: if meta.enabled == Switch::On {
-                u32::MAX
-            } else {
-                WatchConfig::default().startup_attempts
-            },
+            startup_attempts: if on { u32::MAX } else { defaults.startup_attempts },
             warnings: Some(warnings),
-            ..WatchConfig::default()
+            ..defaults
         };
         let (metrics, stop) = (self.metrics.clone(), self.stop.clone());
         self.tracker.spawn(watch_with(client, tx, metrics, stop, watch_cfg));
@@ -331,6 +314,7 @@ impl Wiring {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| RunError(format!("server.listen {addr}: cannot bind: {e}")))?;
+            let timing = crate::hang::policy_gang::Timing::of(cfg);
             let state = ServerState {
                 metrics: self.metrics.clone(),
                 health: agent.health.clone(),
@@ -338,9 +322,7 @@ impl Wiring {
                 runtime: Arc::new(self.runtime.clone()),
                 max_cycle_age: cfg.poll_interval * 3 + cfg.safety.lock_ttl,
                 keys: agent.keys().clone(),
-                status: Arc::new(crate::fleet::view::StatusPage {
-                    timing: crate::hang::policy_gang::Timing::of(cfg),
-                }),
+                status: Arc::new(crate::fleet::view::StatusPage { timing }),
             };
             tracing::info!(%addr, "serving /metrics /healthz /readyz (read-only)");
             self.tracker.spawn(server::serve(listener, state, self.stop.clone()));

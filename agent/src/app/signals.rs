@@ -70,7 +70,7 @@ pub(crate) fn install_signals(
 
 /// Wait for `term`, or for the restart loop (`cycle`) to end without it: a panic in a cycle
 /// ended the loop's task alone, and the agent served its API and probes on, restarting nothing,
-/// until someone read `/healthz`. Then the reason is returned, so the process exits non-zero at
+/// until someone read `/healthz`. Then the reason is the error, so the process exits non-zero at
 /// once and its supervisor (the DaemonSet, systemd) starts it again. NB: `term` is not fired:
 /// no checkpoint round (the workers are fine and the node stays; with `checkpoint.on_sigterm =
 /// "always"` a loop that panics every cycle would ask one per crash). Everything stops with
@@ -78,15 +78,15 @@ pub(crate) fn install_signals(
 pub(crate) async fn until_term_or_end(
     cycle: tokio::task::JoinHandle<()>,
     term: &CancellationToken,
-) -> Option<String> {
+) -> Result<(), RunError> {
     let ended = tokio::select! {
         biased;
-        () = term.cancelled() => return None,
+        () = term.cancelled() => return Ok(()),
         ended = cycle => ended,
     };
     let why = match ended {
         // NB: the loop's own way out: it ends at `term`, which may have fired meanwhile.
-        Ok(()) if term.is_cancelled() => return None,
+        Ok(()) if term.is_cancelled() => return Ok(()),
         Err(e) if e.is_panic() => {
             let panic = e.into_panic();
             let text = panic
@@ -100,7 +100,7 @@ pub(crate) async fn until_term_or_end(
             .into(),
     };
     tracing::error!("{why}");
-    Some(why)
+    Err(RunError(why))
 }
 
 #[cfg(test)]
@@ -111,7 +111,7 @@ mod tests {
     async fn a_restart_loop_that_dies_stops_the_agent_with_its_reason() {
         let term = CancellationToken::new();
         let cycle = tokio::spawn(async { panic!("index out of bounds") });
-        let why = until_term_or_end(cycle, &term).await.expect("the loop died");
+        let why = until_term_or_end(cycle, &term).await.expect_err("the loop died").0;
         assert!(why.contains("index out of bounds"), "{why}");
         assert!(!term.is_cancelled(), "no checkpoint round: the node is not going away");
     }
@@ -123,6 +123,6 @@ mod tests {
         let cycle = tokio::spawn(async move { t.cancelled().await });
         stopped.cancel();
         tokio::task::yield_now().await; // the loop has ended too: both are ready
-        assert_eq!(until_term_or_end(cycle, &term).await, None);
+        assert!(until_term_or_end(cycle, &term).await.is_ok());
     }
 }

@@ -22,8 +22,24 @@ pub(crate) struct Check {
     pub(crate) detail: String,
 }
 
+/// A check whose level is worked out (for a fixed one: [`Check::ok`], [`Check::warn`],
+/// [`Check::fail`]).
 pub(super) fn check(name: impl Into<String>, level: Level, detail: impl Into<String>) -> Check {
     Check { name: name.into(), level, detail: detail.into() }
+}
+
+impl Check {
+    pub(super) fn ok(name: impl Into<String>, detail: impl Into<String>) -> Check {
+        check(name, Level::Ok, detail)
+    }
+
+    pub(super) fn warn(name: impl Into<String>, detail: impl Into<String>) -> Check {
+        check(name, Level::Warn, detail)
+    }
+
+    pub(super) fn fail(name: impl Into<String>, detail: impl Into<String>) -> Check {
+        check(name, Level::Fail, detail)
+    }
 }
 
 /// The report, one line per check.

@@ -13,9 +13,7 @@ use crate::vocab::node::{taint_keys, CONDITIONS};
 pub(super) async fn run(cfg: &Config, node: Option<String>, dry_run: bool) -> Result<(), CliError> {
     let node = node.unwrap_or_else(|| cfg.node_name.clone());
     if node.is_empty() {
-        return Err(CliError::Failed(
-            "cleanup: no node name: give --node NAME, or set NODE_NAME".into(),
-        ));
+        return Err(failed("cleanup: no node name: give --node NAME, or set NODE_NAME"));
     }
     let api = KubeNodeApi::connect(&cfg.kubernetes.api_url).await.map_err(failed)?;
     let (prefix, keys) = (&cfg.kubernetes.label_prefix, taint_keys(&cfg.kubernetes));

@@ -10,6 +10,7 @@ pub(super) fn check(cfg: &Config) -> Result<(), CliError> {
     Ok(())
 }
 
-pub(super) fn defaults() {
+pub(super) fn defaults() -> Result<(), CliError> {
     print!("{}", Config::defaults_toml());
+    Ok(())
 }

@@ -72,21 +72,17 @@ pub(crate) async fn run(out: &mut dyn Write, pace: Duration) -> std::io::Result<
 fn intro(out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "vigil demo — the night of seed 000, replayed with the real policy and pipeline"
-    )?;
-    writeln!(out, "node {NODE}, worker {WORKER}; stale after 2m, restart after 3m more, cooldown 10m, breaker 3/day")?;
-    writeln!(
-        out,
-        "(time is simulated: one line of the loop = 15 s; in the seed this took 6 hours)\n"
+        "vigil demo — the night of seed 000, replayed with the real policy and pipeline\n\
+         node {NODE}, worker {WORKER}; stale after 2m, restart after 3m more, cooldown 10m, breaker 3/day\n\
+         (time is simulated: one line of the loop = 15 s; in the seed this took 6 hours)\n"
     )
 }
 
 fn close(out: &mut dyn Write, summary: &Summary) -> std::io::Result<()> {
-    writeln!(out)?;
     let m = |t: Option<Millis>| t.map(hhmmss).unwrap_or_else(|| "never".into());
     writeln!(
         out,
-        "summary: hang {} → alert {} → restart {} → healthy again {} ({} restart, no second restart while booting)",
+        "\nsummary: hang {} → alert {} → restart {} → healthy again {} ({} restart, no second restart while booting)",
         hhmmss(summary.hang_at),
         m(summary.alerted_at),
         m(summary.restarted_at),
@@ -165,9 +161,8 @@ impl Night {
 
     /// The worker process: acknowledges checkpoint requests while it is alive.
     fn spawn_acker(&self) -> tokio::task::JoinHandle<()> {
-        let coord = self.coord.clone();
+        let (coord, alive) = (self.coord.clone(), self.alive.clone());
         let key = self.agent.keys().status(WORKER);
-        let alive = self.alive.clone();
         tokio::spawn(async move {
             loop {
                 if alive.load(Ordering::SeqCst) {
@@ -199,10 +194,8 @@ impl Night {
                 ("job".into(), "llm-finetune-042".into()),
                 ("progress".into(), format!("step-{}", self.step)),
             ];
-            self.coord
-                .hset(&self.agent.keys().status(WORKER), &fields, None)
-                .await
-                .map_err(std::io::Error::other)?;
+            let key = self.agent.keys().status(WORKER);
+            self.coord.hset(&key, &fields, None).await.map_err(std::io::Error::other)?;
         }
         self.alive.store(working, Ordering::SeqCst);
         if now == self.summary.hang_at {
@@ -296,11 +289,9 @@ impl Night {
             self.last_labels = last.labels.clone();
         }
         let checkpoint = last.annotations.get("vigil.dev/last-checkpoint").cloned().flatten();
-        if let Some(c) = checkpoint {
-            if self.summary.checkpoint.as_deref() != Some(c.as_str()) {
-                writeln!(out, "{}  NODE    vigil.dev/last-checkpoint: {c}", hhmmss(now))?;
-                self.summary.checkpoint = Some(c);
-            }
+        if let Some(c) = checkpoint.filter(|c| self.summary.checkpoint.as_ref() != Some(c)) {
+            writeln!(out, "{}  NODE    vigil.dev/last-checkpoint: {c}", hhmmss(now))?;
+            self.summary.checkpoint = Some(c);
         }
         Ok(())
     }

@@ -24,8 +24,7 @@ const SKEW_WARN: i64 = 2_000;
 pub(super) async fn command(cfg: &Config) -> Result<(), super::CliError> {
     let mode =
         if cfg.dry_run { "observe mode (dry_run): restarts never run" } else { "restarts enabled" };
-    let mut out =
-        vec![check("config", Level::Ok, format!("valid; node {}, {mode}", cfg.node_name))];
+    let mut out = vec![Check::ok("config", format!("valid; node {}, {mode}", cfg.node_name))];
     out.push(redis(cfg).await);
     out.extend(runtime(cfg).await);
     out.push(nvml(cfg));
@@ -52,46 +51,37 @@ async fn budget(cfg: &Config) -> Vec<Check> {
         let level = if matches!(r.pods, Some(Err(_))) { Level::Warn } else { Level::Ok };
         return vec![check("budget", level, format!("fits: {}", r.summary()))];
     }
-    let mut out: Vec<Check> = r
-        .shortfalls
-        .iter()
-        .map(|f| check("budget", Level::Warn, format!("[{}] {}", f.code, f.detail)))
-        .collect();
-    out.push(check("budget", Level::Warn, r.summary()));
-    out
+    // Each shortfall, then what was read.
+    let details = r.shortfalls.iter().map(|f| format!("[{}] {}", f.code, f.detail));
+    details.chain([r.summary()]).map(|d| Check::warn("budget", d)).collect()
 }
 
 async fn redis(cfg: &Config) -> Check {
     if cfg.embedded() {
-        return check(
+        return Check::warn(
             "redis",
-            Level::Warn,
             "no REDIS_URL: embedded coordinator, safe for one agent on one node; set REDIS_URL for a fleet",
         );
     }
     let coord = match RedisCoordinator::from_config(&cfg.redis) {
         Ok(c) => Box::new(c) as Box<dyn Coordinator>,
-        Err(e) => return check("redis", Level::Fail, format!("{e}; fix redis.url / REDIS_URL")),
+        Err(e) => return Check::fail("redis", format!("{e}; fix redis.url / REDIS_URL")),
     };
     match coord.time().await {
         Ok(t) => {
             let skew = SystemClock.now() - t;
+            let described = coord.describe();
             if skew.abs() > SKEW_WARN {
-                check(
+                Check::warn(
                     "redis",
-                    Level::Warn,
-                    format!(
-                        "{} reachable, but this node's clock is {skew} ms off Redis's: verdicts use Redis time; check NTP",
-                        coord.describe()
-                    ),
+                    format!("{described} reachable, but this node's clock is {skew} ms off Redis's: verdicts use Redis time; check NTP"),
                 )
             } else {
-                check("redis", Level::Ok, format!("{} reachable; clock skew {skew} ms", coord.describe()))
+                Check::ok("redis", format!("{described} reachable; clock skew {skew} ms"))
             }
         }
-        Err(e) => check(
+        Err(e) => Check::fail(
             "redis",
-            Level::Fail,
             format!("{e}; restarts stay paused until it answers (check the address, AUTH, TLS, network policy)"),
         ),
     }
@@ -100,9 +90,11 @@ async fn redis(cfg: &Config) -> Check {
 /// The container runtime `vigil run` would use (`runtime.kind`, or the socket `auto` finds).
 async fn runtime(cfg: &Config) -> Vec<Check> {
     let (rt, why) = crate::runtime::connect(cfg, None);
-    let found = check("runtime", Level::Ok, format!("{why}: {}", rt.describe()));
-    if let Err(e) = rt.ping().await {
-        let described = rt.describe();
+    let found = Check::ok("runtime", format!("{why}: {}", rt.describe()));
+    let pinged = rt.ping().await;
+    // NB: described after the first call, which tells Podman's API from Docker's.
+    let described = rt.describe();
+    if let Err(e) = pinged {
         let fix = if described.starts_with("docker") {
             "mount the socket (hostPath /var/run/docker.sock) and run in its group"
         } else if described.starts_with("podman") {
@@ -110,30 +102,23 @@ async fn runtime(cfg: &Config) -> Vec<Check> {
         } else {
             "mount the runtime's socket (hostPath /run/containerd/containerd.sock)"
         };
-        return vec![found, check("runtime", Level::Fail, format!("{e}; {fix}"))];
+        return vec![found, Check::fail("runtime", format!("{e}; {fix}"))];
     }
+    let label = &cfg.runtime.worker_label;
     let listed = match rt.list_workers().await {
-        Ok(w) if w.is_empty() => check(
+        Ok(w) if w.is_empty() => Check::warn(
             "runtime",
-            Level::Warn,
-            format!(
-                "{} reachable, but no running container (or pod) carries the label `{}`: nothing will be watched",
-                rt.describe(),
-                cfg.runtime.worker_label
-            ),
+            format!("{described} reachable, but no running container (or pod) carries the label `{label}`: nothing will be watched"),
         ),
         Ok(w) => {
             let names: Vec<_> = w.iter().map(|c| format!("{}={}", c.display(), c.worker)).collect();
-            check(
-                "runtime",
-                Level::Ok,
-                format!("{} reachable; {} worker(s): {}", rt.describe(), w.len(), names.join(", ")),
-            )
+            let names = names.join(", ");
+            Check::ok("runtime", format!("{described} reachable; {} worker(s): {names}", w.len()))
         }
-        Err(e) => check("runtime", Level::Fail, e.to_string()),
+        Err(e) => Check::fail("runtime", e.to_string()),
     };
     let mut out = vec![found, listed];
-    if rt.describe().starts_with("cri") {
+    if described.starts_with("cri") {
         out.push(gpus_of_workers(cfg).await);
     }
     out
@@ -142,21 +127,18 @@ async fn runtime(cfg: &Config) -> Vec<Check> {
 /// On CRI: whether the workers' GPUs can be read (the kubelet's PodResources API).
 async fn gpus_of_workers(cfg: &Config) -> Check {
     let Some(src) = crate::runtime::devices(cfg) else {
-        return check(
+        return Check::warn(
             "pod-resources",
-            Level::Warn,
             "runtime.pod_resources_socket is empty: every worker counts as using every GPU, so one failed GPU stands all of them down",
         );
     };
     match src.gpus().await {
-        Ok(g) => check(
+        Ok(g) => Check::ok(
             "pod-resources",
-            Level::Ok,
             format!("{} answers; {} container(s) with GPUs", src.describe(), g.len()),
         ),
-        Err(e) => check(
+        Err(e) => Check::warn(
             "pod-resources",
-            Level::Warn,
             format!("{e}; until it answers every worker counts as using every GPU"),
         ),
     }
@@ -165,19 +147,18 @@ async fn gpus_of_workers(cfg: &Config) -> Check {
 fn nvml(cfg: &Config) -> Check {
     use crate::accel::gpu::nvml::{GpuProbe, NvmlProbe};
     if cfg.gpu.enabled == Switch::Off {
-        return check("nvml", Level::Ok, "GPU monitoring disabled (gpu.enabled = off)");
+        return Check::ok("nvml", "GPU monitoring disabled (gpu.enabled = off)");
     }
     if cfg.gpu.enabled == Switch::Auto && !gpus_present(&HostPaths::default()) {
-        return check(
+        return Check::ok(
             "nvml",
-            Level::Ok,
             "no NVIDIA GPU on this node (no /dev/nvidiaN, no NVIDIA PCI display device): GPU monitoring off; the agent looks again every 5m",
         );
     }
     match NvmlProbe::new(Some(cfg.gpu.library_path.as_str())) {
         Ok(mut p) => match p.sample() {
-            Ok(gpus) => check("nvml", Level::Ok, format!("NVML loaded; {} GPU(s)", gpus.len())),
-            Err(e) => check("nvml", Level::Warn, format!("NVML loaded, but reading failed: {e}")),
+            Ok(gpus) => Check::ok("nvml", format!("NVML loaded; {} GPU(s)", gpus.len())),
+            Err(e) => Check::warn("nvml", format!("NVML loaded, but reading failed: {e}")),
         },
         Err(e) => check(
             "nvml",
@@ -195,7 +176,7 @@ fn tpu(cfg: &Config) -> Check {
     use crate::accel::tpu::chips::FsProbe;
     let t = &cfg.tpu;
     if t.enabled == Switch::Off {
-        return check("tpu", Level::Ok, "TPU monitoring disabled (tpu.enabled = off)");
+        return Check::ok("tpu", "TPU monitoring disabled (tpu.enabled = off)");
     }
     let log = Some(std::path::Path::new(&t.kernel_log)).filter(|_| !t.kernel_log.is_empty());
     let mut probe = FsProbe::new(&t.device_dir, &t.sys_dir, log, "/proc/uptime");
@@ -213,42 +194,33 @@ fn tpu(cfg: &Config) -> Check {
         let level = if t.enabled == Switch::On { Level::Warn } else { Level::Ok };
         return check("tpu", level, format!("no TPU chip in {}", t.device_dir));
     }
-    let text = format!(
-        "{found} TPU chip device file(s) ({}); {} TPU PCI function(s)",
-        reading.device_files.join(", "),
-        reading.chips.pci.len()
-    );
+    let (files, pci) = (reading.device_files.join(", "), reading.chips.pci.len());
+    let text = format!("{found} TPU chip device file(s) ({files}); {pci} TPU PCI function(s)");
     match (log_error, t.kernel_log.is_empty()) {
-        (Some(e), _) => check("tpu", Level::Warn, format!("{text}; {e}")),
-        (None, true) => check("tpu", Level::Ok, format!("{text}; kernel log off (tpu.kernel_log)")),
-        (None, false) => {
-            check("tpu", Level::Ok, format!("{text}; kernel log {} readable", t.kernel_log))
-        }
+        (Some(e), _) => Check::warn("tpu", format!("{text}; {e}")),
+        (None, true) => Check::ok("tpu", format!("{text}; kernel log off (tpu.kernel_log)")),
+        (None, false) => Check::ok("tpu", format!("{text}; kernel log {} readable", t.kernel_log)),
     }
 }
 
 /// The GPU state file: failed GPUs kept across agent restarts (`gpu.state_file`).
 fn gpu_state(cfg: &Config) -> Check {
     let Some(store) = crate::accel::gpu::state::StateStore::from_config(&cfg.gpu.state_file) else {
-        return check(
+        return Check::warn(
             "gpu-state",
-            Level::Warn,
             "gpu.state_file is empty: a failed GPU is forgotten when the agent restarts",
         );
     };
     let r = store.load();
     if let Some(w) = r.warning {
-        return check("gpu-state", Level::Warn, w);
+        return Check::warn("gpu-state", w);
     }
     let dir = store.path().parent().unwrap_or(std::path::Path::new("/"));
     if std::fs::metadata(dir).is_err() {
-        return check(
+        let dir = dir.display();
+        return Check::warn(
             "gpu-state",
-            Level::Warn,
-            format!(
-                "{} does not exist yet: the agent creates it; on Kubernetes mount a hostPath there so failures outlive the pod",
-                dir.display()
-            ),
+            format!("{dir} does not exist yet: the agent creates it; on Kubernetes mount a hostPath there so failures outlive the pod"),
         );
     }
     let path = store.path().display();
@@ -258,41 +230,34 @@ fn gpu_state(cfg: &Config) -> Check {
     } else {
         format!("{path}: kept failed on this boot: {}", failed.join(", "))
     };
-    check("gpu-state", Level::Ok, text)
+    Check::ok("gpu-state", text)
 }
 
 async fn metadata(cfg: &Config) -> Check {
     if cfg.metadata.enabled == Switch::Off {
-        return check(
-            "metadata",
-            Level::Ok,
-            "GCE metadata watcher disabled (metadata.enabled = off)",
-        );
+        return Check::ok("metadata", "GCE metadata watcher disabled (metadata.enabled = off)");
     }
     let client = match MetadataClient::for_host(&cfg.metadata.host, Duration::from_secs(3)) {
         Ok(c) => c,
-        Err(e) => return check("metadata", Level::Fail, e.to_string()),
+        Err(e) => return Check::fail("metadata", e.to_string()),
     };
     let read = client.get(crate::maintenance::metadata::MAINTENANCE_EVENT_PATH, None);
     match tokio::time::timeout(Duration::from_secs(5), read).await {
-        Ok(Ok(v)) => check(
+        Ok(Ok(v)) => Check::ok(
             "metadata",
-            Level::Ok,
             format!("GCE metadata server answers; maintenance-event = {}", v.value.trim()),
         ),
         Ok(Err(MetadataError::NotFound { .. })) => {
-            check("metadata", Level::Fail, blind_hint(client.base_url()))
+            Check::fail("metadata", blind_hint(client.base_url()))
         }
         Ok(Err(e)) => check(
             "metadata",
             if cfg.metadata.enabled == Switch::On { Level::Fail } else { Level::Warn },
             format!("{e}; off GCE this is expected (set metadata.enabled = off to silence)"),
         ),
-        Err(_) => check(
-            "metadata",
-            Level::Warn,
-            format!("no answer from {} within 5s", client.base_url()),
-        ),
+        Err(_) => {
+            Check::warn("metadata", format!("no answer from {} within 5s", client.base_url()))
+        }
     }
 }
 
@@ -324,40 +289,33 @@ const RBAC_RULES: [Rule; 10] = [
 
 async fn kubernetes(cfg: &Config) -> Vec<Check> {
     if !cfg.kubernetes_on() {
-        return vec![check(
+        return vec![Check::ok(
             "kubernetes",
-            Level::Ok,
             "not in a cluster (kubernetes.enabled = auto/off): Node labels and Events off",
         )];
     }
     let api = match KubeNodeApi::connect(&cfg.kubernetes.api_url).await {
         Ok(a) => a,
-        Err(e) => return vec![check("kubernetes", Level::Fail, e.to_string())],
+        Err(e) => return vec![Check::fail("kubernetes", e.to_string())],
     };
     let mut out = vec![match api.get_node(&cfg.node_name).await {
-        Ok(()) => check("kubernetes", Level::Ok, format!("node {} readable", cfg.node_name)),
-        Err(e) => check("kubernetes", Level::Fail, e.to_string()),
+        Ok(()) => Check::ok("kubernetes", format!("node {} readable", cfg.node_name)),
+        Err(e) => Check::fail("kubernetes", e.to_string()),
     }];
     let reviews_tokens = cfg.worker_api.listen.is_some()
         && cfg.worker_api.auth == crate::config::WorkerAuth::Kubernetes;
-    for (group, resource, ns, verbs) in RBAC_RULES {
+    for rule @ (_, resource, ..) in RBAC_RULES {
         let dra = matches!(resource, "resourceslices" | "devicetaintrules");
         if (resource == "tokenreviews" && !reviews_tokens) || (dra && !cfg.gpu.device_taints) {
             continue;
         }
-        out.push(rbac_rule(&api, group, resource, ns, verbs).await);
+        out.push(rbac_rule(&api, rule).await);
     }
     out
 }
 
 /// One RBAC rule, asked with access reviews, verb by verb.
-async fn rbac_rule(
-    api: &KubeNodeApi,
-    group: &str,
-    resource: &str,
-    ns: Option<&str>,
-    verbs: &[&str],
-) -> Check {
+async fn rbac_rule(api: &KubeNodeApi, (group, resource, ns, verbs): Rule) -> Check {
     let name = format!("rbac:{}", resource.rsplit('/').next().unwrap_or(resource));
     let what = if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") };
     let mut denied = Vec::new();
@@ -370,18 +328,15 @@ async fn rbac_rule(
         }
     }
     if !denied.is_empty() {
-        check(
+        let denied = denied.join(" and ");
+        Check::fail(
             name,
-            Level::Fail,
-            format!(
-                "may NOT {} {what}: apply deploy/base/rbac.yaml (ClusterRole vigil)",
-                denied.join(" and ")
-            ),
+            format!("may NOT {denied} {what}: apply deploy/base/rbac.yaml (ClusterRole vigil)"),
         )
     } else if let Some(e) = unknown {
-        check(name, Level::Warn, format!("could not ask: {e}"))
+        Check::warn(name, format!("could not ask: {e}"))
     } else {
-        check(name, Level::Ok, format!("may {} {what}", verbs.join(" and ")))
+        Check::ok(name, format!("may {} {what}", verbs.join(" and ")))
     }
 }
 

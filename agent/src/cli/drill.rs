@@ -90,25 +90,17 @@ pub(super) async fn run(cfg: &Config, d: &CheckpointDrill) -> Result<(), CliErro
     let result = drill::run(&coord, cfg, &target, d.wait)
         .await
         .map_err(|e| CliError::Unable(format!("drill of {}: {e}", target.label())))?;
-    for line in verdict(&result) {
-        println!("{line}");
-    }
-    if !result.missing.is_empty() {
-        return Err(CliError::Failed(format!(
-            "drill of {}: {} of {} member(s) did not acknowledge",
-            result.target,
-            result.missing.len(),
-            result.asked
-        )));
+    println!("{}", verdict(&result).join("\n"));
+    let (name, missing, asked) = (&result.target, result.missing.len(), result.asked);
+    if missing > 0 {
+        let why = format!("drill of {name}: {missing} of {asked} member(s) did not acknowledge");
+        return Err(CliError::Failed(why));
     }
     let (budget, fits) = match d.require {
         Some(Budget::Preemption) => ("preemption", result.fits_preemption),
         Some(Budget::Maintenance) => ("maintenance", result.fits_maintenance),
         None => return Ok(()),
     };
-    let why = format!(
-        "drill of {}: it does not fit the {budget} budget (--require {budget})",
-        result.target
-    );
+    let why = format!("drill of {name}: it does not fit the {budget} budget (--require {budget})");
     fits.then_some(()).ok_or(CliError::Failed(why))
 }

@@ -8,6 +8,7 @@ use super::{failed, local_agent, CliError};
 use crate::config::Config;
 use crate::coord::redis::RedisCoordinator;
 use crate::coord::{Coordinator, Keys};
+use crate::fleet::gangs;
 
 pub(super) async fn run(cfg: &Config, node: Option<String>, limit: usize) -> Result<(), CliError> {
     let node = node.unwrap_or_else(|| cfg.node_name.clone());
@@ -40,8 +41,7 @@ async fn gangs_of(coord: &dyn Coordinator, cfg: &Config, keys: &Keys) -> Result<
     let now = coord.time().await.map_err(failed)?;
     let timing = crate::hang::policy_gang::Timing::of(cfg);
     let prefix = &cfg.redis.key_prefix;
-    let views = crate::fleet::gangs::views(coord, prefix, &timing, rec.gangs.into_values(), now)
-        .await
-        .map_err(failed)?;
-    Ok(crate::fleet::gangs::render(&views, now))
+    let views =
+        gangs::views(coord, prefix, &timing, rec.gangs.into_values(), now).await.map_err(failed)?;
+    Ok(gangs::render(&views, now))
 }

@@ -2,7 +2,7 @@
 //! (`crate::maintenance::policy_idle`) answers now. A witness that cannot answer keeps the node busy for
 //! ever (unknown is not idle), so each gets its own line.
 
-use super::check::{check, Check, Level};
+use super::check::Check;
 use crate::config::{Config, Switch};
 use crate::kube::pods::{KubePods, PodApi};
 
@@ -24,7 +24,7 @@ const BUSY: &str = "until it answers the node never counts as idle (opportunisti
 
 async fn pods(cfg: &Config) -> Check {
     if !cfg.kubernetes_on() {
-        return check("idle:pods", Level::Ok, "not on Kubernetes: not a witness");
+        return Check::ok("idle:pods", "not on Kubernetes: not a witness");
     }
     let listed = match KubePods::connect(&cfg.kubernetes.api_url).await {
         Ok(api) => api.node_pods(&cfg.node_name).await,
@@ -36,9 +36,9 @@ async fn pods(cfg: &Config) -> Check {
             let held = joined(held.map(|p| p.display()));
             let text =
                 format!("{} pod(s) on this node; requesting accelerators: {held}", pods.len());
-            check("idle:pods", Level::Ok, text)
+            Check::ok("idle:pods", text)
         }
-        Err(e) => check("idle:pods", Level::Warn, format!("{e}; {BUSY}")),
+        Err(e) => Check::warn("idle:pods", format!("{e}; {BUSY}")),
     }
 }
 
@@ -46,21 +46,21 @@ async fn pod_resources(cfg: &Config) -> Check {
     let src = crate::runtime::devices(cfg).filter(|_| cfg.kubernetes_on());
     let Some(src) = src else {
         let why = "not a witness (not on Kubernetes, or runtime.pod_resources_socket = \"\")";
-        return check("idle:pod-res", Level::Ok, why);
+        return Check::ok("idle:pod-res", why);
     };
     match src.gpus().await {
         Ok(g) => {
             let held = joined(g.holders().iter().map(|(ns, p)| format!("{ns}/{p}")));
             let text = format!("{} answers; pods holding accelerators: {held}", src.describe());
-            check("idle:pod-res", Level::Ok, text)
+            Check::ok("idle:pod-res", text)
         }
-        Err(e) => check("idle:pod-res", Level::Warn, format!("{e}; {BUSY}")),
+        Err(e) => Check::warn("idle:pod-res", format!("{e}; {BUSY}")),
     }
 }
 
 fn nvml(cfg: &Config) -> Check {
     if cfg.gpu.enabled == Switch::Off {
-        return check("idle:nvml", Level::Ok, "not a witness (gpu.enabled = off)");
+        return Check::ok("idle:nvml", "not a witness (gpu.enabled = off)");
     }
     use crate::accel::gpu::nvml::{GpuProbe, NvmlProbe};
     let sampled = NvmlProbe::new(Some(cfg.gpu.library_path.as_str())).and_then(|mut p| p.sample());
@@ -68,7 +68,7 @@ fn nvml(cfg: &Config) -> Check {
         Ok(gpus) => gpus,
         Err(e) => {
             let text = format!("{e}; {BUSY}; on a node without GPUs set gpu.enabled = off");
-            return check("idle:nvml", Level::Warn, text);
+            return Check::warn("idle:nvml", text);
         }
     };
     let unread = gpus.iter().filter(|g| g.compute_processes.is_none());
@@ -76,11 +76,10 @@ fn nvml(cfg: &Config) -> Check {
     if !unread.is_empty() {
         let unread = unread.join(", ");
         let text = format!("NVML cannot report the compute processes of GPU(s) {unread} (an old driver, or MIG without the privilege); {BUSY}");
-        return check("idle:nvml", Level::Warn, text);
+        return Check::warn("idle:nvml", text);
     }
     let busy = gpus.iter().filter_map(|g| {
         g.compute_processes.filter(|&n| n > 0).map(|n| format!("GPU {}: {n}", g.index))
     });
-    let text = format!("{} GPU(s); compute processes: {}", gpus.len(), joined(busy));
-    check("idle:nvml", Level::Ok, text)
+    Check::ok("idle:nvml", format!("{} GPU(s); compute processes: {}", gpus.len(), joined(busy)))
 }

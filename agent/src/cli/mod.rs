@@ -95,10 +95,7 @@ pub(crate) enum Command {
     /// Check the local node as deployed: config, Redis, Docker, NVML, metadata server,
     /// Kubernetes permissions; one line each with ok / warn / FAIL and what to do. Exits 1 when
     /// a check fails.
-    Doctor {
-        #[command(flatten)]
-        config: ConfigArg,
-    },
+    Doctor(ConfigArg),
     /// Uninstall from a Node what Vigil wrote there: every label and annotation under
     /// `kubernetes.label_prefix`, Vigil's taints and its conditions (VigilMaintenance,
     /// VigilGPUUnhealthy, VigilTPUUnhealthy, and the retired VigilGPUHealthy), and nothing else. Run it after `kubectl delete -k`, once per node;
@@ -144,10 +141,7 @@ pub(crate) enum DrillCommand {
 #[derive(Debug, Subcommand)]
 pub(crate) enum ConfigCommand {
     /// Validate the config (file + environment) and print it resolved.
-    Check {
-        #[command(flatten)]
-        config: ConfigArg,
-    },
+    Check(ConfigArg),
     /// Print every key with its default value, as TOML.
     Defaults,
 }
@@ -172,12 +166,6 @@ impl CliError {
             CliError::Failed(_) => 1,
             CliError::Unable(_) => 3,
         }
-    }
-}
-
-impl From<crate::app::RunError> for CliError {
-    fn from(e: crate::app::RunError) -> Self {
-        CliError::Failed(e.0)
     }
 }
 
@@ -234,7 +222,7 @@ fn load(arg: &ConfigArg) -> Result<Config, CliError> {
     Ok(Config::load(arg.config.as_deref(), &ProcessEnv)?)
 }
 
-/// A coordinator failure, as a command failure.
+/// A failure (a coordinator's, or a message), as a command failure (exit 1).
 fn failed(e: impl std::fmt::Display) -> CliError {
     CliError::Failed(e.to_string())
 }
@@ -270,8 +258,7 @@ async fn local_agent(cfg: &Config, path: &str) -> Result<String, CliError> {
     let status = resp.status();
     let text = resp.text().await.unwrap_or_default();
     if !status.is_success() {
-        let why = format!("the agent at {base} answered {status}: {}", text.trim());
-        return Err(CliError::Failed(why));
+        return Err(failed(format!("the agent at {base} answered {status}: {}", text.trim())));
     }
     Ok(text)
 }
@@ -334,19 +321,17 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Run { config, dry_run } => {
             let mut cfg = load(&config)?;
             cfg.dry_run |= dry_run;
-            let signals = crate::app::install_signals(config.config.clone(), &cfg, dry_run)?;
-            Ok(crate::app::run(cfg, signals).await?)
+            let signals = crate::app::install_signals(config.config.clone(), &cfg, dry_run)
+                .map_err(failed)?;
+            crate::app::run(cfg, signals).await.map_err(failed)
         }
         Command::Beat(args) => beat::command(args).await,
-        Command::Policy { config, table } => {
-            print!("{}", policy::table(&load(&config)?, table));
-            Ok(())
-        }
+        Command::Policy { config, table } => policy::run(&load(&config)?, table),
         Command::Explain { config, node, limit } => {
             explain::run(&load(&config)?, node, limit).await
         }
         Command::Status { config, json } => status::run(&load(&config)?, json).await,
-        Command::Doctor { config } => doctor::command(&load(&config)?).await,
+        Command::Doctor(config) => doctor::command(&load(&config)?).await,
         Command::Cleanup { config, node, dry_run } => {
             cleanup::run(&load(&config)?, node, dry_run).await
         }
@@ -356,10 +341,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
             ran.map(|_| ()).map_err(|e| CliError::Failed(format!("demo: {e}")))
         }
         Command::Drill(DrillCommand::Checkpoint(d)) => drill::run(&load(&d.config)?, &d).await,
-        Command::Config(ConfigCommand::Check { config }) => config::check(&load(&config)?),
-        Command::Config(ConfigCommand::Defaults) => {
-            config::defaults();
-            Ok(())
-        }
+        Command::Config(ConfigCommand::Check(config)) => config::check(&load(&config)?),
+        Command::Config(ConfigCommand::Defaults) => config::defaults(),
     }
 }

@@ -37,12 +37,13 @@ pub(crate) fn render_gpu(cfg: &Config) -> String {
     out
 }
 
-/// The table `vigil policy` prints.
-pub(crate) fn table(cfg: &Config, which: Table) -> String {
+/// `vigil policy`: print the table asked for.
+pub(super) fn run(cfg: &Config, which: Table) -> Result<(), super::CliError> {
     match which {
-        Table::Restart => render(cfg),
-        Table::Gpu => render_gpu(cfg),
+        Table::Restart => print!("{}", render(cfg)),
+        Table::Gpu => print!("{}", render_gpu(cfg)),
     }
+    Ok(())
 }
 
 /// The verdict → action table as printed by `vigil policy`.

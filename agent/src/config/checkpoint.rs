@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use strum::VariantArray;
 
 use super::{bad, bad_if, has_scheme, ConfigError};
 use crate::redact::{self, Secret, Urls};
@@ -40,13 +41,10 @@ impl TryFrom<String> for Signal {
     fn try_from(name: String) -> Result<Signal, String> {
         let upper = name.trim().to_ascii_uppercase();
         let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
-        <Signal as strum::VariantArray>::VARIANTS
-            .iter()
-            .copied()
-            .find(|s| &s.as_str()[3..] == bare)
-            .ok_or_else(|| {
-                format!("`{name}` is not a signal a worker can handle (SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGWINCH, SIGPWR)")
-            })
+        let found = Signal::VARIANTS.iter().copied().find(|s| &s.as_str()[3..] == bare);
+        found.ok_or_else(|| {
+            format!("`{name}` is not a signal a worker can handle (SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGWINCH, SIGPWR)")
+        })
     }
 }
 
@@ -174,19 +172,17 @@ impl CheckpointConfig {
     /// A label to read, and budgets that end before the agent is killed.
     pub fn validate(&self) -> Result<(), ConfigError> {
         bad_if(self.label.is_empty(), "checkpoint.label", "must not be empty")?;
+        // The drain ends 1 s before the grace: the budget must fit in what is left.
+        let room = self.grace.saturating_sub(Duration::from_secs(1));
+        let shown = humantime::format_duration(room);
         for (key, budget) in [
             ("checkpoint.sigterm_budget", self.sigterm_budget),
             ("checkpoint.preemption_budget", self.preemption_budget),
         ] {
-            // The drain ends 1 s before the grace: the budget must fit in what is left.
-            let room = self.grace.saturating_sub(Duration::from_secs(1));
             bad_if(
                 budget.is_zero() || budget > room,
                 key,
-                format!(
-                    "must be above 0 and at most checkpoint.grace - 1s ({}), so the round ends before the agent exits and the agent exits before it is killed",
-                    humantime::format_duration(room)
-                ),
+                format!("must be above 0 and at most checkpoint.grace - 1s ({shown}), so the round ends before the agent exits and the agent exits before it is killed"),
             )?;
         }
         if self.maintenance_budget.is_zero() {

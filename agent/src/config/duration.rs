@@ -6,14 +6,13 @@
 use std::time::Duration;
 
 use serde::de::Error as _;
-use serde::{Deserializer, Serializer};
+use serde::Deserializer;
 
 /// The longest duration any key takes: a year (humantime's, 365.25 days).
 pub(crate) const MAX: Duration = Duration::from_secs(31_557_600);
 
-pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    humantime_serde::serialize(d, s)
-}
+/// Written as humantime writes it (`"1m 30s"`).
+pub(crate) use humantime_serde::serialize;
 
 pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let v: Duration = humantime_serde::deserialize(d)?;

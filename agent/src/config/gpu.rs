@@ -103,13 +103,11 @@ impl GpuConfig {
         {
             return bad("gpu.kubelet_health_interval", "must be 0s (not read) or at least 10s");
         }
+        let version = &self.dra_api_version;
         bad_if(
-            !matches!(self.dra_api_version.as_str(), "v1alpha3" | "v1beta2" | "v1"),
+            !matches!(version.as_str(), "v1alpha3" | "v1beta2" | "v1"),
             "gpu.dra_api_version",
-            format!(
-                "{:?} is not a version of resource.k8s.io that serves DeviceTaintRule (v1alpha3, v1beta2 or v1)",
-                self.dra_api_version
-            ),
+            format!("{version:?} is not a version of resource.k8s.io that serves DeviceTaintRule (v1alpha3, v1beta2 or v1)"),
         )?;
         bad_if(
             self.device_taints && self.dra_driver.trim().is_empty(),

@@ -49,9 +49,7 @@ impl KubernetesConfig {
 
 /// `example.com/` — a DNS subdomain and a slash, as Kubernetes label prefixes are.
 fn valid_prefix(p: &str) -> bool {
-    let Some(domain) = p.strip_suffix('/') else {
-        return false;
-    };
+    let Some(domain) = p.strip_suffix('/') else { return false };
     !domain.is_empty()
         && domain.len() <= 253
         && domain.split('.').all(|part| {

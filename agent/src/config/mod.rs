@@ -190,16 +190,14 @@ fn env_headers_valid(env: &dyn Env) -> Result<(), ConfigError> {
 /// line, and a line that does not parse is often the one with a password in it (an unquoted
 /// `url = redis://:pw@host`, a quote inside the password).
 fn toml_syntax(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim();
     let Some(at) = e.span().map(|s| s.start.min(text.len())) else {
-        return format!("TOML syntax: {}", e.message().trim());
+        return format!("TOML syntax: {message}");
     };
     let before = text.get(..at).unwrap_or_default();
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().unwrap_or_default().chars().count() + 1;
-    format!(
-        "TOML syntax at line {line}, column {column}: {} (the line is not shown: it may hold a secret)",
-        e.message().trim()
-    )
+    format!("TOML syntax at line {line}, column {column}: {message} (the line is not shown: it may hold a secret)")
 }
 
 /// Whether `s` starts with one of `schemes` (`"https://"`).
@@ -257,10 +255,8 @@ impl Config {
     /// agent's loop).
     pub(crate) fn check_files(&self) -> Result<(), ConfigError> {
         let ca = &self.redis.ca_file;
-        match (!ca.is_empty()).then(|| std::fs::metadata(ca)) {
-            Some(Err(e)) => bad("redis.ca_file", format!("cannot read {ca}: {e}")),
-            _ => Ok(()),
-        }
+        let Some(Err(e)) = (!ca.is_empty()).then(|| std::fs::metadata(ca)) else { return Ok(()) };
+        bad("redis.ca_file", format!("cannot read {ca}: {e}"))
     }
 
     /// `NODE_NAME`, `REDIS_URL` and `DOCKER_HOST` win over the file, as in the DaemonSet.

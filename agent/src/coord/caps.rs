@@ -72,7 +72,7 @@ impl<'a> Caps<'a> {
     }
 
     /// The breaker's limit for a day, `None` when it is off.
-    fn per_day(&self) -> Option<u32> {
+    pub(crate) fn per_day(&self) -> Option<u32> {
         match self.breaker {
             Breaker::Node => (!self.safety.breaker_disabled).then_some(self.safety.breaker_per_day),
             Breaker::Gang { per_day, .. } => Some(per_day),
@@ -141,26 +141,20 @@ impl<'a> Caps<'a> {
 
     /// Whether `counter` would let a restart through now; nothing is taken.
     async fn free(&self, counter: Option<&Counter>) -> Result<bool, CoordError> {
-        let Some((cap, key, _)) = counter else {
-            return Ok(true);
-        };
+        let Some((cap, key, _)) = counter else { return Ok(true) };
         Ok(self.coord.counter(key).await? < *cap)
     }
 
     /// Take `counter`'s unit; `false` when it refuses (nothing taken then).
     async fn take_one(&self, counter: Option<&Counter>) -> Result<bool, CoordError> {
-        let Some((cap, key, ttl)) = counter else {
-            return Ok(true);
-        };
+        let Some((cap, key, ttl)) = counter else { return Ok(true) };
         Ok(self.coord.incr_capped(key, *cap, *ttl).await?.is_some())
     }
 
     /// Give `counter`'s unit back (a restart that will not run).
     async fn give_back(&self, counter: Option<&Counter>) -> Result<(), CoordError> {
-        match counter {
-            Some((_, key, _)) => self.coord.decr(key).await,
-            None => Ok(()),
-        }
+        let Some((_, key, _)) = counter else { return Ok(()) };
+        self.coord.decr(key).await
     }
 
     /// Take one unit of the breaker, then one of the fleet budget, as one step: `Granted` holds

@@ -36,14 +36,6 @@ impl MemoryCoordinator {
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         MemoryCoordinator { clock, data: Mutex::new(HashMap::new()) }
     }
-
-    /// `request` answered on the map with expired keys already gone, as Redis would show it.
-    fn apply(&self, request: Request) -> Reply {
-        let now = self.clock.now();
-        let mut data = self.data.lock().unwrap_or_else(|p| p.into_inner());
-        data.retain(|_, e| e.expires.is_none_or(|t| t > now));
-        answer(&mut data, now, request)
-    }
 }
 
 /// The string at `key` (`None`: absent, or a key of another type).
@@ -93,18 +85,23 @@ impl Coordinator for MemoryCoordinator {
     }
 
     async fn execute(&self, request: Request) -> Result<Reply, CoordError> {
-        Ok(match request {
-            Request::Time => Reply::Time(self.clock.now()),
-            // NB: by parts, each taking the lock itself (it is never held across an await).
-            Request::ReadWorkers(workers) => {
-                Reply::Workers(read_workers_by_parts(self, &workers).await?)
-            }
-            request => self.apply(request),
-        })
+        if let Request::Time = request {
+            return Ok(Reply::Time(self.clock.now()));
+        }
+        // NB: by parts, each taking the lock itself (it is never held across an await).
+        if let Request::ReadWorkers(workers) = request {
+            return Ok(Reply::Workers(read_workers_by_parts(self, &workers).await?));
+        }
+        // On the map with expired keys already gone, as Redis would show it.
+        let now = self.clock.now();
+        let mut data = self.data.lock().unwrap_or_else(|p| p.into_inner());
+        data.retain(|_, e| e.expires.is_none_or(|t| t > now));
+        Ok(answer(&mut data, now, request))
     }
 }
 
-/// One request on the live map (`execute` answers `Time` and `ReadWorkers` without it).
+/// One request on the live map (`execute` answers `Time` without it, and reads workers by parts,
+/// each part one of these).
 fn answer(data: &mut Data, now: Millis, request: Request) -> Reply {
     match request {
         Request::GetMany(keys) => {

@@ -49,6 +49,9 @@ pub enum CoordError {
     },
 }
 
+/// What a call to shared storage gives: its answer, or the [`CoordError`] that stopped it.
+pub(crate) type Result<T, E = CoordError> = std::result::Result<T, E>;
+
 /// One trail entry as stored: its stream id and its fields.
 pub type TrailEntry = (String, HashMap<String, String>);
 
@@ -237,7 +240,7 @@ pub trait Coordinator: Send + Sync {
         false
     }
     /// Run one request: one round trip on Redis.
-    async fn execute(&self, request: Request) -> Result<Reply, CoordError>;
+    async fn execute(&self, request: Request) -> Result<Reply>;
 }
 
 /// A reply of the wrong shape: a backend's bug, reported as a failed command (never a panic).
@@ -259,75 +262,62 @@ macro_rules! call {
 
 /// The typed calls: each builds one [`Request`] and unpacks its [`Reply`].
 impl<'a> dyn Coordinator + 'a {
-    pub async fn time(&self) -> Result<Millis, CoordError> {
+    pub async fn time(&self) -> Result<Millis> {
         call!(self, Request::Time, "TIME", Reply::Time(t) => t)
     }
 
-    pub async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>, CoordError> {
+    pub async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>> {
         call!(self, Request::GetMany(keys.to_vec()), "MGET", Reply::Values(v) => v)
     }
 
     /// One string key's value (`None` when absent): [`Self::get_many`] of one key.
-    pub async fn get(&self, key: &str) -> Result<Option<String>, CoordError> {
+    pub async fn get(&self, key: &str) -> Result<Option<String>> {
         Ok(self.get_many(&[key.to_string()]).await?.into_iter().flatten().next())
     }
 
-    pub async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError> {
+    pub async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool> {
         let request = Request::SetNx { key: key.into(), value: value.into(), ttl };
         call!(self, request, "SET NX", Reply::Done(b) => b)
     }
 
-    pub async fn del(&self, keys: &[String]) -> Result<(), CoordError> {
+    pub async fn del(&self, keys: &[String]) -> Result<()> {
         call!(self, Request::Del(keys.to_vec()), "DEL", Reply::Ok => ())
     }
 
-    pub async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<Millis>, CoordError> {
+    pub async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<Millis>> {
         let request = Request::OwnerTtl { key: key.into(), token: token.into() };
         call!(self, request, "owner TTL", Reply::Ttl(t) => t)
     }
 
-    pub async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, CoordError> {
+    pub async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool> {
         let request = Request::DelIfOwner { key: key.into(), token: token.into() };
         call!(self, request, "compare-and-delete", Reply::Done(b) => b)
     }
 
-    pub async fn renew_if_owner(
-        &self,
-        key: &str,
-        token: &str,
-        ttl: Duration,
-    ) -> Result<bool, CoordError> {
+    pub async fn renew_if_owner(&self, key: &str, token: &str, ttl: Duration) -> Result<bool> {
         let request = Request::RenewIfOwner { key: key.into(), token: token.into(), ttl };
         call!(self, request, "compare-and-renew", Reply::Done(b) => b)
     }
 
-    pub async fn incr_capped(
-        &self,
-        key: &str,
-        cap: u64,
-        ttl: Duration,
-    ) -> Result<Option<u64>, CoordError> {
+    pub async fn incr_capped(&self, key: &str, cap: u64, ttl: Duration) -> Result<Option<u64>> {
         let request = Request::IncrCapped { key: key.into(), cap, ttl };
         call!(self, request, "capped INCR", Reply::Taken(v) => v)
     }
 
-    pub async fn decr(&self, key: &str) -> Result<(), CoordError> {
+    pub async fn decr(&self, key: &str) -> Result<()> {
         call!(self, Request::Decr(key.into()), "DECR", Reply::Ok => ())
     }
 
-    pub async fn hget(&self, key: &str, field: &str) -> Result<Option<String>, CoordError> {
+    pub async fn hget(&self, key: &str, field: &str) -> Result<Option<String>> {
         let (key, field) = (key.into(), field.into());
         call!(self, Request::Hget { key, field }, "HGET", Reply::Values(mut v) => v.pop().flatten())
     }
 
-    pub async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, CoordError> {
+    pub async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>> {
         call!(self, Request::Hgetall(key.into()), "HGETALL", Reply::Hash(h) => h)
     }
 
-    pub async fn hgetall_many(
-        &self,
-        keys: &[String],
-    ) -> Result<Vec<HashMap<String, String>>, CoordError> {
+    pub async fn hgetall_many(&self, keys: &[String]) -> Result<Vec<HashMap<String, String>>> {
         call!(self, Request::HgetallMany(keys.to_vec()), "HGETALL (many)", Reply::Hashes(h) => h)
     }
 
@@ -336,30 +326,26 @@ impl<'a> dyn Coordinator + 'a {
         key: &str,
         fields: &[(String, String)],
         max_len: usize,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let request = Request::Append { key: key.into(), fields: fields.to_vec(), max_len };
         call!(self, request, "XADD", Reply::Ok => ())
     }
 
-    pub async fn read_recent(
-        &self,
-        key: &str,
-        count: usize,
-    ) -> Result<Vec<TrailEntry>, CoordError> {
+    pub async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<TrailEntry>> {
         let request = Request::ReadRecent { key: key.into(), count };
         call!(self, request, "XREVRANGE", Reply::Entries(e) => e)
     }
 
-    pub async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError> {
+    pub async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>> {
         call!(self, Request::IndexMembers(key.into()), "ZRANGE", Reply::Members(m) => m)
     }
 
-    pub async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>, CoordError> {
+    pub async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>> {
         call!(self, Request::Batch(ops.to_vec()), "batch", Reply::Counters(c) => c)
     }
 
     /// The clock and every listed worker's record and marks, in one round trip.
-    pub async fn read_workers(&self, workers: &[WorkerKeys]) -> Result<NodeRead, CoordError> {
+    pub async fn read_workers(&self, workers: &[WorkerKeys]) -> Result<NodeRead> {
         let request = Request::ReadWorkers(workers.to_vec());
         let read = call!(self, request, "workers read", Reply::Workers(r) => r)?;
         if read.workers.len() != workers.len() {
@@ -370,11 +356,7 @@ impl<'a> dyn Coordinator + 'a {
     }
 
     /// One worker's clock, record and marks: [`Self::read_workers`] of one.
-    pub async fn read_worker(
-        &self,
-        record: &str,
-        keys: &[String],
-    ) -> Result<WorkerRead, CoordError> {
+    pub async fn read_worker(&self, record: &str, keys: &[String]) -> Result<WorkerRead> {
         let one = WorkerKeys { record: record.into(), keys: keys.to_vec() };
         let mut read = self.read_workers(std::slice::from_ref(&one)).await?;
         // `read_workers` answered one read per worker asked, or failed.
@@ -383,7 +365,7 @@ impl<'a> dyn Coordinator + 'a {
     }
 
     /// Set unconditionally with a TTL.
-    pub async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CoordError> {
+    pub async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<()> {
         let op = Op::Set { key: key.to_string(), value: value.to_string(), ttl };
         self.batch(&[op]).await.map(drop)
     }
@@ -394,19 +376,19 @@ impl<'a> dyn Coordinator + 'a {
         key: &str,
         fields: &[(String, String)],
         ttl: Option<Duration>,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let op = Op::Hset { key: key.to_string(), fields: fields.to_vec(), ttl };
         self.batch(&[op]).await.map(drop)
     }
 
     /// Read a counter (0 when absent).
-    pub async fn counter(&self, key: &str) -> Result<u64, CoordError> {
+    pub async fn counter(&self, key: &str) -> Result<u64> {
         let op = Op::Counter { key: key.to_string() };
         Ok(self.batch(&[op]).await?.first().copied().unwrap_or(0))
     }
 
     /// Cheap liveness check for `/readyz`.
-    pub(crate) async fn ping(&self) -> Result<(), CoordError> {
+    pub(crate) async fn ping(&self) -> Result<()> {
         self.time().await.map(|_| ())
     }
 }
@@ -417,7 +399,7 @@ impl<'a> dyn Coordinator + 'a {
 pub async fn read_workers_by_parts(
     coord: &dyn Coordinator,
     workers: &[WorkerKeys],
-) -> Result<NodeRead, CoordError> {
+) -> Result<NodeRead> {
     let now = coord.time().await?;
     let mut reads = Vec::with_capacity(workers.len());
     for w in workers {
@@ -448,7 +430,7 @@ pub async fn write_status(
     keys: &Keys,
     worker: &str,
     fields: &[(String, String)],
-) -> Result<Millis, CoordError> {
+) -> Result<Millis> {
     write_status_as(coord, keys, worker, fields, "heartbeat").await
 }
 
@@ -459,7 +441,7 @@ pub(crate) async fn write_status_as(
     worker: &str,
     fields: &[(String, String)],
     heartbeat_field: &str,
-) -> Result<Millis, CoordError> {
+) -> Result<Millis> {
     let now = coord.time().await?;
     let mut all: Vec<(String, String)> = fields.to_vec();
     all.push((heartbeat_field.into(), heartbeat_value(now)));

@@ -24,8 +24,8 @@ use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServer
 use redis::{Cmd, FromRedisValue, IntoConnectionInfo, Pipeline, RedisFuture, Script, Value};
 use tokio::sync::Mutex;
 
-use super::CoordError;
-use crate::config::RedisUrls;
+use super::{CoordError, Result};
+use crate::config::{RedisConfig, RedisMode, RedisUrls};
 use crate::redact;
 
 mod commands;
@@ -97,13 +97,8 @@ fn tls_of(addr: &redis::ConnectionAddr) -> Option<redis::TlsMode> {
 }
 
 /// The root certificate of `redis.ca_file`, when one is set.
-fn read_ca(
-    ca_file: Option<&str>,
-    addr: &str,
-) -> Result<Option<redis::TlsCertificates>, CoordError> {
-    let Some(path) = ca_file.filter(|f| !f.is_empty()) else {
-        return Ok(None);
-    };
+fn read_ca(ca_file: Option<&str>, addr: &str) -> Result<Option<redis::TlsCertificates>> {
+    let Some(path) = ca_file.filter(|f| !f.is_empty()) else { return Ok(None) };
     let root = std::fs::read(path).map_err(|e| CoordError::Command {
         addr: addr.to_string(),
         source: format!("cannot read redis.ca_file {path}: {e}").into(),
@@ -114,15 +109,14 @@ fn read_ca(
 #[cfg(any(test, feature = "bench"))]
 impl RedisCoordinator {
     /// One server at `url`, with the system's roots: [`RedisCoordinator::with_ca`] without a CA.
-    pub fn new(url: &str, timeout: Duration) -> Result<Self, CoordError> {
+    pub fn new(url: &str, timeout: Duration) -> Result<Self> {
         Self::with_ca(url, None, timeout)
     }
 }
 
 impl RedisCoordinator {
     /// From the `[redis]` config section (mode, URL, timeout, CA file).
-    pub(crate) fn from_config(r: &crate::config::RedisConfig) -> Result<Self, CoordError> {
-        use crate::config::RedisMode;
+    pub(crate) fn from_config(r: &RedisConfig) -> Result<Self> {
         match r.mode {
             RedisMode::Single => Self::with_ca(r.url.expose(), Some(&r.ca_file), r.timeout),
             RedisMode::Cluster => Self::cluster(r.url.expose(), Some(&r.ca_file), r.timeout),
@@ -132,13 +126,10 @@ impl RedisCoordinator {
 
     /// A Redis Cluster, from a comma-separated list of seed nodes (`redis://h1:6379,...`), its
     /// TLS verified against `ca_file` when one is given.
-    pub fn cluster(
-        urls: &str,
-        ca_file: Option<&str>,
-        timeout: Duration,
-    ) -> Result<Self, CoordError> {
+    pub fn cluster(urls: &str, ca_file: Option<&str>, timeout: Duration) -> Result<Self> {
         let nodes = RedisUrls::parse(urls).into_vec();
         let addr = format!("cluster {}", redact::urls(urls));
+        let unreachable = |source| CoordError::Unreachable { addr: addr.clone(), source };
         let mut builder = ClusterClient::builder(nodes.clone())
             .connection_timeout(timeout)
             .response_timeout(timeout);
@@ -148,24 +139,18 @@ impl RedisCoordinator {
         if let Some(certs) = read_ca(ca_file.filter(|_| !insecure), &addr)? {
             builder = builder.certs(certs);
         }
-        let client = builder
-            .build()
-            .map_err(|source| CoordError::Unreachable { addr: addr.clone(), source })?;
+        let client = builder.build().map_err(unreachable)?;
         Ok(Self::from_target(Target::Cluster(client), addr, timeout))
     }
 
     /// The master called `service` by the Sentinels at `urls` (comma-separated); the URLs'
     /// username, password and database are the master's too.
-    pub fn sentinel(urls: &str, service: &str, timeout: Duration) -> Result<Self, CoordError> {
+    pub fn sentinel(urls: &str, service: &str, timeout: Duration) -> Result<Self> {
         let nodes = RedisUrls::parse(urls).into_vec();
         let addr = format!("sentinel {} ({service})", redact::urls(urls));
         let unreachable = |source| CoordError::Unreachable { addr: addr.clone(), source };
-        let first = nodes
-            .first()
-            .cloned()
-            .unwrap_or_default()
-            .into_connection_info()
-            .map_err(unreachable)?;
+        let seed = nodes.first().cloned().unwrap_or_default();
+        let first = seed.into_connection_info().map_err(unreachable)?;
         let master = SentinelNodeConnectionInfo {
             tls_mode: tls_of(&first.addr),
             redis_connection_info: Some(first.redis.clone()),
@@ -194,11 +179,7 @@ impl RedisCoordinator {
     /// when one is given (instead of the system's roots). Only the URL is parsed: no connection
     /// is made until the first command (so a Redis that is down at start-up does not stop the
     /// agent: it fails closed and retries).
-    pub fn with_ca(
-        url: &str,
-        ca_file: Option<&str>,
-        timeout: Duration,
-    ) -> Result<Self, CoordError> {
+    pub fn with_ca(url: &str, ca_file: Option<&str>, timeout: Duration) -> Result<Self> {
         let addr = redact::urls(url);
         let unreachable = |source| CoordError::Unreachable { addr: addr.clone(), source };
         let client = match read_ca(ca_file, &addr)? {
@@ -208,7 +189,7 @@ impl RedisCoordinator {
         Ok(Self::from_target(Target::Single(client), addr, timeout))
     }
 
-    async fn conn(&self) -> Result<Conn, CoordError> {
+    async fn conn(&self) -> Result<Conn> {
         let mut guard = self.conn.lock().await;
         if self.stale.swap(false, Ordering::SeqCst) {
             *guard = None;
@@ -224,29 +205,24 @@ impl RedisCoordinator {
     }
 
     async fn connect(&self) -> redis::RedisResult<Conn> {
-        match &self.target {
+        Ok(match &self.target {
             Target::Single(client) => {
                 let cfg = ConnectionManagerConfig::new()
                     .set_connection_timeout(self.timeout)
                     .set_response_timeout(self.timeout)
                     .set_number_of_retries(1)
                     .set_max_delay(1000);
-                let c = ConnectionManager::new_with_config(client.clone(), cfg).await?;
-                Ok(Conn::Single(c))
+                Conn::Single(ConnectionManager::new_with_config(client.clone(), cfg).await?)
             }
-            Target::Cluster(client) => Ok(Conn::Cluster(client.get_async_connection().await?)),
+            Target::Cluster(client) => Conn::Cluster(client.get_async_connection().await?),
             Target::Sentinel(client) => {
-                let c = client.lock().await.get_async_connection().await?;
-                Ok(Conn::Sentinel(c))
+                Conn::Sentinel(client.lock().await.get_async_connection().await?)
             }
-        }
+        })
     }
 
     /// `call` bounded by the timeout, its error classified ([`Self::map_err`]).
-    async fn bounded<T>(
-        &self,
-        call: impl Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, CoordError> {
+    async fn bounded<T>(&self, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T> {
         match tokio::time::timeout(self.timeout, call).await {
             Ok(r) => r.map_err(|e| self.map_err(e)),
             Err(_) => Err(self.timed_out()),
@@ -254,7 +230,7 @@ impl RedisCoordinator {
     }
 
     /// Run a pipeline in one round trip.
-    async fn pipeline<T: FromRedisValue>(&self, pipe: &Pipeline) -> Result<T, CoordError> {
+    async fn pipeline<T: FromRedisValue>(&self, pipe: &Pipeline) -> Result<T> {
         let mut c = self.conn().await?;
         self.bounded(pipe.query_async(&mut c)).await
     }
@@ -298,7 +274,7 @@ impl RedisCoordinator {
         }
     }
 
-    async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, CoordError> {
+    async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
         let mut c = self.conn().await?;
         self.bounded(cmd.query_async(&mut c)).await
     }
@@ -310,7 +286,7 @@ impl RedisCoordinator {
         script: &Script,
         keys: &[&str],
         args: &[String],
-    ) -> Result<T, CoordError> {
+    ) -> Result<T> {
         let mut c = self.conn().await?;
         let mut inv = script.prepare_invoke();
         inv.key(keys).arg(args);

@@ -34,7 +34,7 @@ use crate::hang::outage::Outages;
 use crate::hang::policy::{NodeContext, Verdict};
 use crate::hang::policy_rhythm::Rhythm;
 use crate::hang::restart::RestartPath;
-use crate::hang::roster::Roster;
+use crate::hang::roster::{ByWorker, Roster};
 use crate::hang::stand_down::NodeWatch;
 use crate::http::health::Health;
 use crate::metrics::Metrics;
@@ -234,9 +234,7 @@ impl Agent {
     /// Apply a reloaded configuration (see [`reload::merge`]: some keys keep their running
     /// values).
     pub(crate) fn apply_reload(&mut self, new: Config) {
-        let Some(cfg) = reload::merge(&self.ctx.cfg, new) else {
-            return;
-        };
+        let Some(cfg) = reload::merge(&self.ctx.cfg, new) else { return };
         self.ctx.metrics.cycle.set_dry_run(cfg.dry_run);
         self.journal.trail.dry_run = cfg.dry_run;
         tracing::info!(dry_run = cfg.dry_run, "config reloaded");
@@ -289,7 +287,7 @@ impl Agent {
     /// after listing them left them half-built.
     async fn republish(&mut self) -> Result<(), CoordError> {
         self.seed_lost(self.cycle.now).await?;
-        let mut rec = self.fresh_record();
+        let mut rec = self.cycle.record(&self.ctx, &self.watch, &self.gpu);
         // NB: since when: this agent's own count (never its last record's: an outage that
         // ended may still be in it until its next publication), or a predecessor's.
         let (shown, was) = match self.record.last().await {
@@ -343,8 +341,7 @@ impl Agent {
         let groups = self.roster.group(&self.ctx, containers).await;
         let mut prefetch = self.read_node(&groups).await?;
         let now = self.cycle.now;
-        let pace = self.ctx.cfg.gang.pace.enabled;
-        let host = if pace { self.host.signals(now) } else { Vec::new() };
+        let host = if self.ctx.cfg.gang.pace.enabled { self.host.signals(now) } else { Vec::new() };
         let mut present: HashSet<String> = HashSet::new();
         for (worker, list) in groups {
             present.insert(worker.clone());
@@ -369,10 +366,7 @@ impl Agent {
     /// The cycle's one read: the clock (the cycle's `now`) and every unambiguous worker's record
     /// and marks, in one round trip whatever the number of workers — a healthy cycle is this
     /// read and the batch that publishes it.
-    async fn read_node(
-        &mut self,
-        groups: &crate::hang::roster::ByWorker,
-    ) -> Result<Prefetch, CoordError> {
+    async fn read_node(&mut self, groups: &ByWorker) -> Result<Prefetch, CoordError> {
         let single: Vec<&str> =
             groups.iter().filter(|(_, list)| list.len() == 1).map(|(w, _)| w.as_str()).collect();
         let read = marks::read_node(self.ctx.coord.as_ref(), &self.ctx.keys, &single).await?;
@@ -466,16 +460,8 @@ impl Agent {
     /// [`Cycle::publish`]).
     async fn publish(&mut self) -> Result<(), CoordError> {
         self.seed_lost(self.cycle.now).await?;
-        let rec = self.fresh_record();
+        let rec = self.cycle.record(&self.ctx, &self.watch, &self.gpu);
         self.cycle.publish(&self.ctx, rec, &self.record).await
-    }
-
-    /// This node's record as of the cycle (see [`Cycle::record`]).
-    fn fresh_record(&self) -> crate::fleet::view::NodeRecord {
-        let maintenance =
-            self.watch.facts.read().unwrap_or_else(|p| p.into_inner()).maintenance.clone();
-        let info = self.watch.node_info.as_ref().and_then(|rx| rx.borrow().clone());
-        self.cycle.record(&self.ctx, &maintenance, &self.gpu, info.as_ref())
     }
 
     /// Run until `shutdown` fires. Each cycle is paced by `poll_interval`; after a coordinator
@@ -509,15 +495,10 @@ impl Agent {
             instance = %self.journal.trail.instance,
             "vigil agent started"
         );
-        let Ok(now) = self.ctx.coord.time().await else {
-            return;
-        };
+        let Ok(now) = self.ctx.coord.time().await else { return };
         let _ = self.seed_lost(now).await;
-        let detail = format!(
-            "agent {} started (dry_run={})",
-            env!("CARGO_PKG_VERSION"),
-            self.ctx.cfg.dry_run
-        );
+        let (version, dry_run) = (env!("CARGO_PKG_VERSION"), self.ctx.cfg.dry_run);
+        let detail = format!("agent {version} started (dry_run={dry_run})");
         let about = About::worker("-", Verdict::Healthy);
         let _ = self.journal.note(now, about, Code::AgentStarted, detail).await;
     }

@@ -20,7 +20,7 @@ use crate::hang::context::Context;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model_gang::GangCycle;
 use crate::hang::policy_gang::Timing;
-use crate::vocab::maintenance::MaintenanceState;
+use crate::hang::stand_down::NodeWatch;
 use crate::vocab::node_info::{place, NodeInfo};
 
 /// The record the agent last published, and when, shared with [`heartbeat_loop`]. Every write
@@ -76,29 +76,23 @@ pub(crate) const UPKEEP_EVERY: Millis = 10 * 60 * 1000;
 
 impl Cycle {
     /// This node's record as of the cycle: its verdicts and places, the node's maintenance
-    /// phase (and which sources report it), GPU health, and what its Node says of it (`info`,
-    /// `None` before the first read): pool and slice (`fleet.pool`/`fleet.slice` win), provisioning
-    /// model, accelerator and TPU topology.
-    pub(crate) fn record(
-        &self,
-        ctx: &Context,
-        maintenance: &MaintenanceState,
-        gpu: &GpuReport,
-        info: Option<&NodeInfo>,
-    ) -> NodeRecord {
-        let cfg = &ctx.cfg;
+    /// phase (and which sources report it) as `watch` has it, GPU health, and what its Node says
+    /// of it (nothing before the first read): pool and slice (`fleet.pool`/`fleet.slice` win),
+    /// provisioning model, accelerator and TPU topology.
+    pub(crate) fn record(&self, ctx: &Context, watch: &NodeWatch, gpu: &GpuReport) -> NodeRecord {
+        let maintenance = watch.read_facts().maintenance.clone();
+        let info = watch.node_info.as_ref().and_then(|rx| rx.borrow().clone());
+        let (cfg, info) = (&ctx.cfg, info.as_ref());
         let place = place(&cfg.fleet, info);
         let provisioning = info.and_then(|i| i.provisioning.as_ref()).map_or("", |p| p.as_str());
+        let topology = info.and_then(|i| i.tpu_topology.as_ref()).map_or("", |t| t.text.as_str());
         NodeRecord {
             node: cfg.node_name.clone(),
             pool: place.pool,
             slice: place.slice,
             provisioning: provisioning.to_string(),
             accelerator: info.and_then(NodeInfo::accelerator).unwrap_or_default().to_string(),
-            tpu_topology: info
-                .and_then(|i| i.tpu_topology.as_ref())
-                .map(|t| t.text.clone())
-                .unwrap_or_default(),
+            tpu_topology: topology.to_string(),
             maintenance: maintenance.phase.as_str().to_string(),
             maintenance_source: maintenance.sources_str(),
             gpu: if gpu.monitoring() { gpu.node.as_str().into() } else { "unknown".into() },
@@ -144,11 +138,10 @@ impl Cycle {
             self.pruned_at = Some(now);
         }
         let budgets = &ctx.metrics.budgets;
-        budgets.set_limits((!s.breaker_disabled).then_some(s.breaker_per_day), s.fleet_budget);
+        budgets.set_limits(caps.per_day(), s.fleet_budget);
         let ((used, open), (spent, exhausted)) = caps.read(&counters);
         budgets.set_breaker(used, open);
-        self.gangs.breaker_left =
-            (!s.breaker_disabled).then(|| u64::from(s.breaker_per_day).saturating_sub(used));
+        self.gangs.breaker_left = caps.per_day().map(|cap| u64::from(cap).saturating_sub(used));
         budgets.set_fleet_budget(spent, exhausted);
         Ok(())
     }
@@ -209,16 +202,12 @@ pub(crate) async fn heartbeat_loop(
         if !stale(&*record.0.lock().await) {
             continue;
         }
-        let Ok(now) = coord.time().await else {
-            continue;
-        };
+        let Ok(now) = coord.time().await else { continue };
         let mut last = record.0.lock().await;
         if !stale(&last) {
             continue;
         }
-        let Some((mut rec, _)) = last.clone() else {
-            continue;
-        };
+        let Some((mut rec, _)) = last.clone() else { continue };
         rec.updated_at = now;
         match publish(coord.as_ref(), &keys, &rec, ttl).await {
             Ok(()) => *last = Some((rec, tokio::time::Instant::now())),

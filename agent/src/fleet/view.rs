@@ -147,11 +147,8 @@ pub fn publish_ops(keys: &Keys, rec: &NodeRecord, ttl: Duration, upkeep: Upkeep)
     let mut ops = vec![Op::Hset { key: keys.agent(), fields: rec.fields(), ttl: Some(ttl) }];
     if upkeep.place {
         // The slice outlives the record, so a node that went silent still counts against it.
-        ops.push(Op::Hset {
-            key: keys.fleet_slices(),
-            fields: vec![(rec.node.clone(), place_value(rec))],
-            ttl: None,
-        });
+        let fields = vec![(rec.node.clone(), place_value(rec))];
+        ops.push(Op::Hset { key: keys.fleet_slices(), fields, ttl: None });
     }
     ops.push(Op::IndexTouch {
         key: keys.fleet_nodes(),
@@ -201,13 +198,12 @@ pub(crate) async fn read(
     prefix: &str,
 ) -> Result<(Vec<NodeView>, Places), CoordError> {
     let fleet = Keys::new(prefix, "-");
-    let index = fleet.fleet_nodes();
     let placed = coord.hgetall(&fleet.fleet_slices()).await?;
     let last_slice: Places = placed
         .into_iter()
         .filter_map(|(node, v)| Some((node, serde_json::from_str::<(String, String)>(&v).ok()?)))
         .collect();
-    let members = coord.index_members(&index).await?;
+    let members = coord.index_members(&fleet.fleet_nodes()).await?;
     let record_keys: Vec<String> =
         members.iter().map(|(node, _)| Keys::new(prefix, node).agent()).collect();
     let records = coord.hgetall_many(&record_keys).await?;
@@ -249,12 +245,10 @@ pub(crate) async fn report(
     let now = coord.time().await?;
     let (views, last_slice) = read(coord, prefix).await?;
     let slices = slices(&views, &last_slice);
-    let tags =
-        views.iter().filter_map(|v| v.record.as_ref()).flat_map(|r| r.gangs.values().cloned());
+    let records = || views.iter().filter_map(|v| v.record.as_ref());
+    let tags = records().flat_map(|r| r.gangs.values().cloned());
     let gangs = gangs::views(coord, prefix, timing, tags, now).await?;
-    let lost = crate::fleet::lost::by_pool(
-        views.iter().filter_map(|v| v.record.as_ref()).map(|r| (r.pool.as_str(), &r.lost)),
-    );
+    let lost = crate::fleet::lost::by_pool(records().map(|r| (r.pool.as_str(), &r.lost)));
     Ok(if json {
         let body = serde_json::json!({
             "at": now, "nodes": views, "slices": slices, "gangs": gangs, "lost": lost
@@ -321,7 +315,6 @@ pub(crate) fn render(views: &[NodeView], slices: &[SliceView], now: Millis) -> S
     let head = ["NODE", "POOL", "SLICE", "PROVISIONING", "ACCELERATOR", "TOPOLOGY", "HEALTH"];
     let mut out = node_row(head, ["MAINTENANCE", "SOURCE", "GPU", "SEEN", "workers"]);
     for v in views {
-        let unknown = ["?"; 8];
         let cells = match &v.record {
             Some(r) => [
                 r.pool.as_str(),
@@ -333,7 +326,7 @@ pub(crate) fn render(views: &[NodeView], slices: &[SliceView], now: Millis) -> S
                 r.maintenance_source.as_str(),
                 r.gpu.as_str(),
             ],
-            None => unknown,
+            None => ["?"; 8],
         };
         let [pool, slice, prov, accel, topo, maint, source, gpu] = cells.map(or_dash);
         let workers = v.record.as_ref().map(|r| workers_cell(r, now)).unwrap_or_default();

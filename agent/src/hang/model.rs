@@ -60,10 +60,8 @@ pub(crate) fn parse_gang_size(text: &str) -> Option<u32> {
 /// gang, never a key name; the worker API, `vigil beat` and the Python client refuse one.
 pub(crate) fn gang_of(fields: &HashMap<String, String>) -> Option<Gang> {
     let id = fields.get("gang").map(|g| g.trim()).filter(|g| valid_gang_id(g))?;
-    Some(Gang {
-        id: id.to_string(),
-        size: fields.get("gang_size").and_then(|n| parse_gang_size(n)),
-    })
+    let size = fields.get("gang_size").and_then(|n| parse_gang_size(n));
+    Some(Gang { id: id.to_string(), size })
 }
 
 /// The most ranks one container's record may hold (one process per accelerator: 8 or 16 GPUs,

@@ -259,14 +259,17 @@ pub(crate) struct GangCycle {
     pub(crate) breaker_left: Option<u64>,
     /// Worker id → its gang's [`tag`], for the node record.
     pub(crate) tags: std::collections::BTreeMap<String, String>,
-    /// The gang alerts this agent sent and has not resolved, by gang: (node, worker) as the
-    /// alert named them. Kept across cycles: resolved when the incident closes or this agent's
-    /// member is healthy again.
-    pub(crate) sent: std::collections::BTreeMap<String, Vec<(String, String)>>,
+    /// The gang alerts this agent sent and has not resolved. Kept across cycles: resolved when
+    /// the incident closes or this agent's member is healthy again.
+    pub(crate) sent: Sent,
     /// The gangs whose slow episode this agent opened (and paged), by gang. This agent ends
     /// the episode and resolves the alert (a sink resolves only what its own process sent).
     pub(crate) slow: std::collections::BTreeMap<String, SlowOpened>,
 }
+
+/// The gang alerts an agent sent and has not resolved, by gang: (node, worker) as the alert
+/// named them (`crate::hang::restart::pager`).
+pub(crate) type Sent = std::collections::BTreeMap<String, Vec<(String, String)>>;
 
 /// A slow episode this agent opened (`crate::hang::restart::gang_pace`).
 #[derive(Debug, Clone, PartialEq)]

@@ -116,8 +116,7 @@ impl History {
         let mut parts = raw.splitn(3, '|');
         let mut h = History::new(parts.next()?.parse().ok()?);
         h.longest = parts.next()?.parse().ok().filter(|&l: &Millis| l >= 0)?;
-        let counts = parts.next()?;
-        for pair in counts.split(',').filter(|p| !p.is_empty()) {
+        for pair in parts.next()?.split(',').filter(|p| !p.is_empty()) {
             let (i, c) = pair.split_once(':')?;
             let i: usize = i.parse().ok()?;
             *h.counts.get_mut(i)? = c.parse().ok()?;

@@ -122,8 +122,7 @@ impl Outages {
         if self.runtime_down {
             tracing::info!(runtime = %ctx.runtime.describe(), "container runtime reachable again");
         }
-        self.runtime_down = false;
-        self.runtime_since = None;
+        (self.runtime_down, self.runtime_since) = (false, None);
         ctx.metrics.backends.set_runtime_up(true);
     }
 
@@ -142,11 +141,8 @@ impl Outages {
             return;
         }
         self.runtime_down = true;
-        let a = Alert::new(
-            AlertKind::RuntimeDown,
-            ctx.keys.node(),
-            format!("{e}; workers cannot be listed or restarted until it returns"),
-        );
+        let detail = format!("{e}; workers cannot be listed or restarted until it returns");
+        let a = Alert::new(AlertKind::RuntimeDown, ctx.keys.node(), detail);
         ctx.notifier.send(&a).await;
     }
 }

@@ -232,9 +232,7 @@ pub(crate) fn plan(
         _ => {}
     }
     fx.extend(progress_effect(stale, status, marks));
-    if let Some(end) = timer_end(v, action, stale, in_error, status, marks) {
-        fx.push(Effect::ClearIncident(end));
-    }
+    fx.extend(timer_end(v, stale, in_error, status, marks).map(Effect::ClearIncident));
     // Escalation looks at the data, not at the verdict: a worker still broken after our restart
     // is a page even while its cooldown marker stands.
     let still_broken = stale || in_error;
@@ -329,14 +327,13 @@ fn progress_effect(stale: bool, status: Option<&WorkerStatus>, marks: &Marks) ->
 /// Whether (and why) an open incident timer closes this cycle.
 fn timer_end(
     v: Verdict,
-    action: Action,
     stale: bool,
     in_error: bool,
     status: Option<&WorkerStatus>,
     marks: &Marks,
 ) -> Option<TimerEnd> {
     marks.incident.as_ref()?;
-    match action {
+    match v.action() {
         _ if matches!(v, Verdict::Paused | Verdict::Exited) => Some(TimerEnd::Paused),
         Action::RestartPipeline => None,
         Action::SuppressAndClear | Action::Checkpoint => {

@@ -13,10 +13,9 @@ use crate::hang::policy_record::is_stale;
 /// How long a confirmed incident waits before the restart: hangs wait `restart_delay`
 /// (persistence before action); an errored worker has already persisted for `error_for`.
 pub(crate) fn restart_wait(v: Verdict, cfg: &PolicyConfig) -> Duration {
-    if v == Verdict::Hung {
-        cfg.restart_delay
-    } else {
-        Duration::ZERO
+    match v {
+        Verdict::Hung => cfg.restart_delay,
+        _ => Duration::ZERO,
     }
 }
 

@@ -291,25 +291,23 @@ pub(crate) fn starting(members: &[Member]) -> Option<String> {
 /// Why one member cannot take part in the gang's restart, if it cannot. `here`: the gang's
 /// members on its node (each takes a unit of that node's breaker).
 fn member_blocker(m: &Member, here: u64, now: Millis, t: &Timing) -> Option<String> {
-    let id = m.id();
+    let (id, node) = (m.id(), &m.node);
     if now - m.at > t.silent_after {
         return Some(format!(
-            "{id}: the agent on {} has been silent for {}",
-            m.node,
+            "{id}: the agent on {node} has been silent for {}",
             human(now - m.at)
         ));
     }
     if let Some(sd) = &m.stand_down {
-        return Some(format!("{id}: {sd} on {}", m.node));
+        return Some(format!("{id}: {sd} on {node}"));
     }
     if m.breaker_left == Some(0) {
-        return Some(format!("{id}: the breaker of {} is open for today", m.node));
+        return Some(format!("{id}: the breaker of {node} is open for today"));
     }
     if let Some(left) = m.breaker_left.filter(|left| *left < here) {
         // NB: each member's restart takes a unit of its own node's breaker.
         return Some(format!(
-            "{id}: {} runs {here} members of the gang but its breaker allows {left} more restart(s) today",
-            m.node
+            "{id}: {node} runs {here} members of the gang but its breaker allows {left} more restart(s) today"
         ));
     }
     if m.activity == Activity::Idle {

@@ -91,13 +91,15 @@ impl Stage {
 }
 as_str!(pub(crate) Stage);
 
-/// The stage the marks say, as a cycle reads them: `claim` from the cooldown marker (while
-/// `marks.cooldown` stands), `locked` whether the node lock is held, `v` the cycle's verdict
+/// The stage the marks say, as a cycle reads them. `incident`: the incident to judge —
+/// `marks.incident` as read, or the one the cycle's bookkeeping left (opened now, or another
+/// agent's found by SET NX). `(claim, locked)`: what the cooldown marker says of its restart
+/// (while `marks.cooldown` stands), and whether the node lock is held. `v`: the cycle's verdict
 /// (whose restart wait makes an incident due).
 pub(crate) fn stage(
     marks: &Marks,
-    claim: Claim,
-    locked: bool,
+    incident: Option<&Incident>,
+    (claim, locked): (Claim, bool),
     v: Verdict,
     now: Millis,
     cfg: &PolicyConfig,
@@ -108,7 +110,7 @@ pub(crate) fn stage(
             Claim::Done | Claim::None => Stage::Booting,
         };
     }
-    if let Some(inc) = &marks.incident {
+    if let Some(inc) = incident {
         return match (restart_due(v, inc.started, now, cfg), retry_open(marks, now)) {
             (false, _) => Stage::Confirmed,
             (true, false) => Stage::BackingOff,
@@ -124,20 +126,6 @@ pub(crate) fn stage(
     }
 }
 
-/// The stage of `incident` as the cycle acts on it: the marks it read, with the incident its
-/// bookkeeping left (the one it read, opened now, or another agent's its SET NX found).
-pub(crate) fn acting(
-    marks: &Marks,
-    incident: &Incident,
-    (claim, locked): (Claim, bool),
-    v: Verdict,
-    now: Millis,
-    cfg: &PolicyConfig,
-) -> Stage {
-    let m = Marks { incident: Some(incident.clone()), ..marks.clone() };
-    stage(&m, claim, locked, v, now, cfg)
-}
-
 /// The marks as a cycle's bookkeeping effects leave them (the sighting, the timer, the
 /// restart's memory and its escalation): the stage a cycle exports is the one it leaves, not the
 /// one it read. The restart pipeline's own marks (`ConsiderRestart`) are the next cycle's to
@@ -149,10 +137,7 @@ pub(crate) fn project(marks: &Marks, effects: &[Effect], now: Millis) -> Marks {
             Effect::RecordSuspect { heartbeat } => m.suspect = Some((*heartbeat, now)),
             Effect::ClearSuspect => m.suspect = None,
             Effect::ClearIncident(_) => m.incident = None,
-            Effect::ForgetRestart => {
-                m.restarted_at = None;
-                m.escalated = false;
-            }
+            Effect::ForgetRestart => (m.restarted_at, m.escalated) = (None, false),
             Effect::OpenIncident if m.incident.is_none() => {
                 // SET NX: an incident another agent opened first stands with its own start.
                 m.incident = Some(Incident { started: now, id: String::new() });

@@ -25,7 +25,9 @@ fn the_marks_decode_into_the_stage_of_the_life() {
     let c = cfg();
     let now = 100 * MIN;
     let hung = Verdict::Hung;
-    let at = |m: &Marks, claim: Claim, locked: bool| stage(m, claim, locked, hung, now, &c);
+    let at = |m: &Marks, claim: Claim, locked: bool| {
+        stage(m, m.incident.as_ref(), (claim, locked), hung, now, &c)
+    };
     let mut m = Marks::default();
     assert_eq!(at(&m, Claim::None, false), Stage::Quiet);
     m.suspect = Some((now - 3 * MIN, now - MIN));
@@ -48,9 +50,10 @@ fn the_marks_decode_into_the_stage_of_the_life() {
     assert_eq!(at(&m, Claim::None, false), Stage::Escalated);
     // An errored worker's incident is due at once.
     let errored = Marks { incident: incident(now), ..Marks::default() };
-    assert_eq!(stage(&errored, Claim::None, false, Verdict::Errored, now, &c), Stage::Due);
+    let by = |v| stage(&errored, errored.incident.as_ref(), (Claim::None, false), v, now, &c);
+    assert_eq!(by(Verdict::Errored), Stage::Due);
     // An incident this agent does not confirm (another one did) waits as confirmed.
-    assert_eq!(stage(&errored, Claim::None, false, Verdict::Suspect, now, &c), Stage::Confirmed);
+    assert_eq!(by(Verdict::Suspect), Stage::Confirmed);
 }
 
 /// A hang walked through the real verdict and plan, one cycle at a time: the stage each
@@ -68,7 +71,7 @@ fn a_hang_walked_through_the_plan_moves_one_step_at_a_time() {
         let v = verdict(Some(&status), &marks, NodeContext::default(), now, &c);
         let effects = plan(v, Some(&status), &marks, now, &c);
         marks = project(&marks, &effects, now);
-        let s = stage(&marks, Claim::None, false, v, now, &c);
+        let s = stage(&marks, marks.incident.as_ref(), (Claim::None, false), v, now, &c);
         let last = *seen.last().unwrap();
         assert!(follows(Unit::Worker, last, s), "t={t}s: {last:?} -> {s:?} ({effects:?})");
         if s != last {
@@ -142,7 +145,7 @@ fn the_pipeline_runs_when_the_life_says_due_and_only_then() {
                     ..Marks::default()
                 };
                 let inc = incident(now - age).unwrap();
-                let s = acting(&marks, &inc, (claim, locked), v, now, &c);
+                let s = stage(&marks, Some(&inc), (claim, locked), v, now, &c);
                 let old =
                     !cooldown && retry_open(&marks, now) && restart_due(v, inc.started, now, &c);
                 assert_eq!(

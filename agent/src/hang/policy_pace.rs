@@ -95,9 +95,7 @@ pub(crate) struct Look {
 impl Pace {
     /// Nothing of a slow episode is this worker's (pace off, no gang): not named, not asked.
     pub(crate) fn forget_episode(&mut self) {
-        self.episode_seen = false;
-        self.heard = false;
-        self.named = None;
+        (self.episode_seen, self.heard, self.named) = (false, false, None);
     }
 
     /// The gang measured is `gang`: a worker id now in another gang starts over.
@@ -123,8 +121,7 @@ impl Pace {
         self.resumed = true;
         let fresh = self.samples == 0;
         if let Some(k) = kept.filter(|k| fresh && k.windows >= cfg.learn_windows && k.micro > 0) {
-            self.baseline = Some(k.micro as f64 / 1e6);
-            self.samples = k.windows;
+            (self.baseline, self.samples) = (Some(k.micro as f64 / 1e6), k.windows);
         }
     }
 
@@ -166,9 +163,7 @@ impl Pace {
             if look.is_some() {
                 self.close_before_hold(cfg);
             }
-            self.anchor = None;
-            self.last = None;
-            self.rate = None;
+            (self.anchor, self.last, self.rate) = (None, None, None);
             return;
         };
         let Some((hb0, step0)) = self.anchor else {
@@ -182,14 +177,12 @@ impl Pace {
             self.last = Some((l.hb, l.step));
             return;
         }
-        self.anchor = Some((l.hb, l.step));
-        self.last = None;
+        (self.anchor, self.last) = (Some((l.hb, l.step)), None);
         if gone_back || ds == 0 {
             // NB: a restarted measure (a step gone back: a restart; no step at all: stopped, not
             // slow, the hang path's) also forgets the run and the last rate: a worker not
             // measured now says nothing of the gang's pace.
-            self.slow = None;
-            self.rate = None;
+            (self.slow, self.rate) = (None, None);
             return;
         }
         let rate = ds as f64 / (dt as f64 / 1000.0);

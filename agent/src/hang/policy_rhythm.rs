@@ -163,9 +163,7 @@ impl Rhythm {
     /// A new incarnation (or our restart booting): its own samples start over, the worker's
     /// history stays.
     pub(crate) fn new_incarnation(&mut self) {
-        self.open = None;
-        self.fresh = 0;
-        self.own = Own::default();
+        (self.open, self.fresh, self.own) = (None, 0, Own::default());
     }
 
     /// How many silences are known, in any incarnation.
@@ -229,13 +227,19 @@ pub(crate) fn silence_of(history: &History, own: &Own, cfg: &PolicyConfig) -> Op
 /// The policy a worker is judged by: `base`, with its learned silence (when there is one and
 /// its record is `processing` without a grace) as `stale_after`, and the confirming
 /// observation after at most half of it.
+///
+/// NB: a gang member's own verdict (its entry's `v`) keeps `base`, the fixed rule: one member
+/// stopped on its learned silence beside members judged by the fixed one would read as a
+/// straggler. Its learned rule rides in its entry (`Member::learned`), and the gang decides on
+/// learned evidence only when every member's has one.
 pub(crate) fn judged_by<'a>(
     base: &'a PolicyConfig,
     rhythm: &Rhythm,
     status: Option<&WorkerStatus>,
 ) -> Cow<'a, PolicyConfig> {
     let plain = status.is_some_and(|s| s.state == WorkerState::Processing && s.grace.is_none());
-    match rhythm.silence(base).filter(|_| plain) {
+    let alone = status.is_some_and(|s| s.gang.is_none());
+    match rhythm.silence(base).filter(|_| plain && alone) {
         Some(t) if t < ms(base.stale_after) => Cow::Owned(stale_after(base, t)),
         _ => Cow::Borrowed(base),
     }

@@ -1,6 +1,7 @@
 //! The learned silence: what is learned, what never is, and what it changes in the verdict.
 
 use super::*;
+use crate::hang::model::Gang;
 use crate::hang::model::Incident;
 use crate::hang::model::Marks;
 use crate::hang::policy::{plan, verdict, Effect, NodeContext, TimerEnd, Verdict};
@@ -248,6 +249,8 @@ fn the_learned_silence_judges_only_plain_processing_records() {
     for other in [
         rec(WorkerState::Other("eval".into()), 0),
         WorkerStatus { grace: Some(60_000), ..p.clone() },
+        // A gang member keeps the fixed rule: its learned one rides in its gang entry.
+        WorkerStatus { gang: Some(Gang { id: "ns/job".into(), size: Some(4) }), ..p.clone() },
     ] {
         assert_eq!(*judged_by(&c, &r, Some(&other)), c, "{other:?}");
     }

@@ -9,19 +9,18 @@ impl Verdict {
     /// The predicate, in words, with the configured thresholds.
     pub(crate) fn predicate(self, cfg: &PolicyConfig) -> String {
         let d = |d: std::time::Duration| humantime::format_duration(d).to_string();
-        match self {
-            Verdict::Healthy => "heartbeat fresh (within its grace), or state idle".into(),
-            Verdict::Suspect => format!(
-                "state not idle/error, heartbeat older than {} or its grace (at most {}) (first observation)",
+        // What a suspect and a hung worker both show.
+        let stale = || {
+            format!(
+                "state not idle/error, heartbeat older than {} or its grace (at most {})",
                 d(cfg.stale_after),
                 d(cfg.max_grace)
-            ),
-            Verdict::Hung => format!(
-                "state not idle/error, heartbeat older than {} or its grace (at most {}), seen again >= {} later",
-                d(cfg.stale_after),
-                d(cfg.max_grace),
-                d(cfg.confirm_after)
-            ),
+            )
+        };
+        match self {
+            Verdict::Healthy => "heartbeat fresh (within its grace), or state idle".into(),
+            Verdict::Suspect => format!("{} (first observation)", stale()),
+            Verdict::Hung => format!("{}, seen again >= {} later", stale(), d(cfg.confirm_after)),
             Verdict::ErrorPending => format!("state = error for less than {}", d(cfg.error_for)),
             Verdict::Errored => format!("state = error for at least {}", d(cfg.error_for)),
             Verdict::Unreachable => "status record missing, or no readable heartbeat".into(),

@@ -55,14 +55,11 @@ impl Roster {
                 continue;
             }
             let shown: String = c.worker.chars().take(64).collect();
-            let a = Alert::new(
-                AlertKind::InvalidWorkerId,
-                ctx.keys.node(),
-                format!(
-                    "{} carries the opt-in label with {shown:?}, which is not a worker id (1-128 characters of A-Z a-z 0-9 . _ -): it is not watched and never restarted until the label is fixed",
-                    c.display()
-                ),
+            let detail = format!(
+                "{} carries the opt-in label with {shown:?}, which is not a worker id (1-128 characters of A-Z a-z 0-9 . _ -): it is not watched and never restarted until the label is fixed",
+                c.display()
             );
+            let a = Alert::new(AlertKind::InvalidWorkerId, ctx.keys.node(), detail);
             ctx.notifier.send(&a).await;
         }
         valid
@@ -89,15 +86,12 @@ impl Roster {
             return Ok(());
         }
         let names: Vec<_> = list.iter().map(|c| c.display()).collect();
-        let mut a = Alert::new(
-            AlertKind::Ambiguous,
-            ctx.keys.node(),
-            format!(
-                "{} containers claim worker id `{worker}` ({}); none will be restarted until one label is fixed",
-                list.len(),
-                names.join(", ")
-            ),
+        let detail = format!(
+            "{} containers claim worker id `{worker}` ({}); none will be restarted until one label is fixed",
+            list.len(),
+            names.join(", ")
         );
+        let mut a = Alert::new(AlertKind::Ambiguous, ctx.keys.node(), detail);
         a.worker = Some(worker.to_string());
         ctx.notifier.send(&a).await;
         let about = About::worker(worker, Verdict::Healthy).once();

@@ -30,7 +30,7 @@ pub(crate) struct NodeWatch {
 
 impl NodeWatch {
     /// The controller's facts as they stand (a writer that panicked left them readable).
-    fn read_facts(&self) -> std::sync::RwLockReadGuard<'_, NodeFacts> {
+    pub(crate) fn read_facts(&self) -> std::sync::RwLockReadGuard<'_, NodeFacts> {
         self.facts.read().unwrap_or_else(|p| p.into_inner())
     }
 

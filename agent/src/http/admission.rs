@@ -84,10 +84,8 @@ impl Admission {
         }
         let id = self.next;
         self.next += 1;
-        self.held.insert(
-            id,
-            Held { peer: peer.to_string(), busy: 0, served: false, last_active: now, evict },
-        );
+        let conn = Held { peer: peer.to_string(), busy: 0, served: false, last_active: now, evict };
+        self.held.insert(id, conn);
         Admit::Yes { id, evicted }
     }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use axum::{Extension, Router};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::http::admission::{Admission, Admit, Slot, Tracked};
@@ -32,22 +33,22 @@ pub(crate) trait Listen: Send + 'static {
     fn accept(&mut self) -> impl Future<Output = std::io::Result<(Self::Io, Peer)>> + Send;
 }
 
-impl Listen for tokio::net::TcpListener {
-    type Io = tokio::net::TcpStream;
+impl Listen for TcpListener {
+    type Io = TcpStream;
     async fn accept(&mut self) -> std::io::Result<(Self::Io, Peer)> {
-        let (stream, addr) = tokio::net::TcpListener::accept(self).await?;
+        let (stream, addr) = TcpListener::accept(self).await?;
         Ok((stream, Peer::Tcp(addr)))
     }
 }
 
 /// A unix socket whose peers are named by their process's cgroup.
 pub(crate) struct UnixPeers {
-    pub(crate) listener: tokio::net::UnixListener,
+    pub(crate) listener: UnixListener,
     pub(crate) procfs: Procfs,
 }
 
 impl Listen for UnixPeers {
-    type Io = tokio::net::UnixStream;
+    type Io = UnixStream;
     async fn accept(&mut self) -> std::io::Result<(Self::Io, Peer)> {
         let (stream, _) = self.listener.accept().await?;
         let peer = match stream.peer_cred() {
@@ -66,11 +67,7 @@ impl Listen for UnixPeers {
 /// `SO_PEERPIDFD` (Linux 6.5) names the connecting process itself: when it is still alive after
 /// the read, the number was its own. On an older kernel the read is at accept, while a peer that
 /// waits for its answer is normally still connected.
-fn cgroup_of_peer(
-    stream: &tokio::net::UnixStream,
-    pid: i32,
-    procfs: &Procfs,
-) -> Result<String, CgroupUnknown> {
+fn cgroup_of_peer(stream: &UnixStream, pid: i32, procfs: &Procfs) -> Result<String, CgroupUnknown> {
     use std::os::fd::AsRawFd;
     let pidfd = pidfd::of_peer(stream.as_raw_fd()).ok();
     let cgroup = procfs.cgroup_of_pid(pid)?;
@@ -137,13 +134,11 @@ mod pidfd {
 ///
 /// Anyone may connect: the peer's container, not the file mode, is the identity. Workers mount
 /// the directory read-only (connecting needs no write access to the mount).
-pub(crate) fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
+pub(crate) fn bind_unix(path: &std::path::Path) -> std::io::Result<UnixListener> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let refuse = |why: String| std::io::Error::new(std::io::ErrorKind::PermissionDenied, why);
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .ok_or_else(|| refuse("the socket needs a directory of its own".into()))?;
+    let parent = path.parent().filter(|d| !d.as_os_str().is_empty());
+    let dir = parent.ok_or_else(|| refuse("the socket needs a directory of its own".into()))?;
     std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir)?;
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
         return Err(refuse(format!("{} is a directory", path.display())));
@@ -170,7 +165,7 @@ pub(crate) fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::U
             )));
         }
         let staged = private.join("worker.sock");
-        let listener = tokio::net::UnixListener::bind(&staged)?;
+        let listener = UnixListener::bind(&staged)?;
         std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o666))?;
         std::fs::rename(&staged, path)?;
         Ok(listener)
@@ -235,10 +230,8 @@ pub(crate) async fn serve_router<L: Listen>(
             continue;
         };
         // NB: the connection's service holds its slot: freed when the connection is dropped.
-        let service = Tracked {
-            inner: TowerToHyperService::new(app.clone().layer(Extension(peer))),
-            slot: Arc::new(Slot { id, table: table.clone() }),
-        };
+        let inner = TowerToHyperService::new(app.clone().layer(Extension(peer)));
+        let service = Tracked { inner, slot: Arc::new(Slot { id, table: table.clone() }) };
         connections.spawn(serve_connection(stream, service, evict, shutdown.clone(), limits));
     }
     connections.close();

@@ -10,6 +10,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Router;
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::coord::{CoordError, Coordinator, Keys};
@@ -96,10 +97,8 @@ pub(crate) fn router(state: ServerState) -> Router {
 /// OpenMetrics for scrapers that ask for it (Prometheus does), the classic text format for the
 /// rest (`curl`, `promtool check metrics`).
 async fn metrics(State(s): State<ServerState>, headers: axum::http::HeaderMap) -> Response {
-    let wants_openmetrics = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.contains("application/openmetrics-text"));
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let wants_openmetrics = accept.is_some_and(|v| v.contains("application/openmetrics-text"));
     let text = s.metrics.encode();
     let (kind, body) = if wants_openmetrics {
         ("application/openmetrics-text; version=1.0.0; charset=utf-8", text)
@@ -191,11 +190,7 @@ async fn not_here() -> Response {
 }
 
 /// Serve until `shutdown` fires, then let requests in flight finish.
-pub(crate) async fn serve(
-    listener: tokio::net::TcpListener,
-    state: ServerState,
-    shutdown: CancellationToken,
-) {
+pub(crate) async fn serve(listener: TcpListener, state: ServerState, shutdown: CancellationToken) {
     serve_router(listener, router(state), shutdown, LIMITS).await;
 }
 

@@ -183,10 +183,8 @@ impl KubeNodeApi {
     ) -> Result<(), NodeError> {
         let Some(patch) = patch else { return Ok(()) };
         let params = PatchParams::apply(COMPONENT);
-        self.nodes
-            .patch_status(node, &params, &Patch::Strategic(&patch))
-            .await
-            .map_err(|e| Call::PatchNodeStatus.error(node, e))?;
+        let patched = self.nodes.patch_status(node, &params, &Patch::Strategic(&patch)).await;
+        patched.map_err(|e| Call::PatchNodeStatus.error(node, e))?;
         tracing::info!(node, %patch, "{what}");
         Ok(())
     }

@@ -75,13 +75,8 @@ pub(crate) fn raw_node(node: &Node) -> RawNode {
             .find(|t| t.to_ascii_lowercase().contains("shutting down"))
             .map(str::to_string)
     });
-    RawNode {
-        labels,
-        taints,
-        allocatable,
-        deleting: node.metadata.deletion_timestamp.is_some(),
-        shutting_down,
-    }
+    let deleting = node.metadata.deletion_timestamp.is_some();
+    RawNode { labels, taints, allocatable, deleting, shutting_down }
 }
 
 #[async_trait]

@@ -85,10 +85,11 @@ impl PodGpus {
         let mut holders = BTreeSet::new();
         for pod in &list.pod_resources {
             for c in &pod.containers {
-                if c.devices
+                let holds = c
+                    .devices
                     .iter()
-                    .any(|d| is_accelerator(&d.resource_name) && !d.device_ids.is_empty())
-                {
+                    .any(|d| is_accelerator(&d.resource_name) && !d.device_ids.is_empty());
+                if holds {
                     holders.insert((pod.namespace.clone(), pod.name.clone()));
                 }
                 // One id that names no GPU makes the whole container unknown (all GPUs), and so
@@ -171,11 +172,8 @@ impl PodResourcesClient {
         // NB: no channel-wide timeout: each call gets its own deadline (tokio's, below), which
         // also bounds the connection.
         let channel = unix_channel(socket, None);
-        PodResourcesClient {
-            socket: socket.to_string(),
-            timeout,
-            client: PodResourcesListerClient::new(channel).max_decoding_message_size(MAX_MESSAGE),
-        }
+        let client = PodResourcesListerClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
+        PodResourcesClient { socket: socket.to_string(), timeout, client }
     }
 
     /// Where it reads from, for logs and `vigil doctor`.

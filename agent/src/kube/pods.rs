@@ -84,9 +84,7 @@ impl NodePod {
         let accelerators = spec.is_some_and(|s| {
             s.containers.iter().any(wants) || s.init_containers.iter().flatten().any(wants)
         });
-        let grace = spec
-            .and_then(|s| s.termination_grace_period_seconds)
-            .map_or(DEFAULT_GRACE, |g| Duration::from_secs(g.max(0) as u64));
+        let grace_seconds = spec.and_then(|s| s.termination_grace_period_seconds);
         let status = p.status.as_ref();
         let statuses = status.into_iter().flat_map(|s| {
             let all = s.container_statuses.iter().flatten();
@@ -98,7 +96,7 @@ impl NodePod {
             phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
             labels: p.metadata.labels.clone().unwrap_or_default(),
             accelerators,
-            grace,
+            grace: grace_seconds.map_or(DEFAULT_GRACE, |g| Duration::from_secs(g.max(0) as u64)),
             critical: spec.and_then(|s| s.priority).is_some_and(|v| v >= CRITICAL_PRIORITY),
             unhealthy: unhealthy(statuses),
         }

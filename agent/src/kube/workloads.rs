@@ -14,6 +14,7 @@
 //! out) and tested on the objects as the API serves them.
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::Client;
 use serde_json::Value;
 
 use crate::kube::client::PodError;
@@ -42,41 +43,34 @@ const JOBSETS: Kind = Kind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets");
 const LWS: Kind = Kind("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets");
 
 impl Kind {
-    fn api(&self) -> ApiResource {
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(self.0, self.1, self.2), self.3)
+    /// The objects of this kind in namespace `ns`.
+    fn api(&self, client: &Client, ns: &str) -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk(self.0, self.1, self.2);
+        Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk_with_plural(&gvk, self.3))
+    }
+
+    /// One object as JSON (`metadata`, `spec`, `status`); `None` when it does not exist.
+    async fn get(&self, client: &Client, ns: &str, name: &str) -> Result<Option<Value>, PodError> {
+        let o = PodError::bounded(self.api(client, ns).get_opt(name), "get", self.3).await?;
+        Ok(o.and_then(|o| serde_json::to_value(o).ok()))
     }
 }
 
-/// One object as JSON (`metadata`, `spec`, `status`); `None` when it does not exist.
-async fn get(
-    client: &kube::Client,
-    kind: &Kind,
-    ns: &str,
-    name: &str,
-) -> Result<Option<Value>, PodError> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &kind.api());
-    let o = PodError::bounded(api.get_opt(name), "get", kind.3).await?;
-    Ok(o.and_then(|o| serde_json::to_value(o).ok()))
-}
-
 /// A Job's pods, by its controller-uid label.
-async fn job_pods(client: &kube::Client, ns: &str, uid: &str) -> Result<Vec<Value>, PodError> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &PODS.api());
+async fn job_pods(client: &Client, ns: &str, uid: &str) -> Result<Vec<Value>, PodError> {
     let params = ListParams::default().labels(&format!("{JOB_UID}={uid}"));
-    let list = PodError::bounded(api.list(&params), "list", "pods").await?;
+    let list = PodError::bounded(PODS.api(client, ns).list(&params), "list", "pods").await?;
     Ok(list.items.into_iter().filter_map(|o| serde_json::to_value(o).ok()).collect())
 }
 
 /// The worker's pod and its owners; `None` when the pod is gone.
 pub(crate) async fn read(
-    client: &kube::Client,
+    client: &Client,
     ns: &str,
     name: &str,
     container: &str,
 ) -> Result<Option<Workload>, PodError> {
-    let Some(pod) = get(client, &PODS, ns, name).await? else {
-        return Ok(None);
-    };
+    let Some(pod) = PODS.get(client, ns, name).await? else { return Ok(None) };
     let mut w = pod_facts(&pod, container)?;
     if let Some(job_ref) = controller(&pod, "Job") {
         let Some(job) = owner(client, &JOBS, ns, &job_ref, "its Job", &mut w.missing).await? else {
@@ -96,7 +90,7 @@ pub(crate) async fn read(
         }
     }
     if let Some(lws_name) = label(&pod, LWS_NAME) {
-        match get(client, &LWS, ns, &lws_name).await? {
+        match LWS.get(client, ns, &lws_name).await? {
             Some(lws) => {
                 let group = label(&pod, LWS_GROUP).unwrap_or_default();
                 w.lws = Some(lws_facts(&lws, &group));
@@ -109,10 +103,8 @@ pub(crate) async fn read(
 
 /// The name and uid of `o`'s controlling owner of `kind`.
 fn controller(o: &Value, kind: &str) -> Option<(String, String)> {
-    let r = o["metadata"]["ownerReferences"]
-        .as_array()?
-        .iter()
-        .find(|r| r["kind"] == kind && r["controller"] == true)?;
+    let refs = o["metadata"]["ownerReferences"].as_array()?;
+    let r = refs.iter().find(|r| r["kind"] == kind && r["controller"] == true)?;
     Some((r["name"].as_str()?.to_string(), r["uid"].as_str().unwrap_or_default().to_string()))
 }
 
@@ -120,14 +112,14 @@ fn controller(o: &Value, kind: &str) -> Option<(String, String)> {
 /// names (`what`, its relation) that the API does not have: no object of that name, or another
 /// one (its uid).
 async fn owner(
-    client: &kube::Client,
+    client: &Client,
     kind: &Kind,
     ns: &str,
     (name, uid): &(String, String),
     what: &str,
     missing: &mut Option<String>,
 ) -> Result<Option<Value>, PodError> {
-    let found = get(client, kind, ns, name).await?;
+    let found = kind.get(client, ns, name).await?;
     if found.as_ref().is_some_and(|o| same_uid(o, uid)) {
         return Ok(found);
     }
@@ -173,11 +165,8 @@ fn count(v: &Value) -> Option<u32> {
 }
 
 fn exit_codes(v: &Value) -> Option<ExitCodes> {
-    let values = v["values"]
-        .as_array()?
-        .iter()
-        .filter_map(|n| n.as_i64().and_then(|n| i32::try_from(n).ok()))
-        .collect();
+    let codes = v["values"].as_array()?.iter().filter_map(Value::as_i64);
+    let values = codes.filter_map(|n| i32::try_from(n).ok()).collect();
     Some(ExitCodes { within: v["operator"] != "NotIn", values })
 }
 
@@ -301,11 +290,8 @@ pub(crate) fn lws_facts(lws: &Value, group: &str) -> LwsFacts {
     let policy = lws["spec"]["leaderWorkerTemplate"]["restartPolicy"]
         .as_str()
         .unwrap_or("RecreateGroupOnPodRestart");
-    LwsFacts {
-        name: qualified(lws),
-        group: group.to_string(),
-        recreate_group: matches!(policy, "RecreateGroupOnPodRestart" | "RecreateGroupAfterStart"),
-    }
+    let recreate_group = matches!(policy, "RecreateGroupOnPodRestart" | "RecreateGroupAfterStart");
+    LwsFacts { name: qualified(lws), group: group.to_string(), recreate_group }
 }
 
 #[cfg(test)]

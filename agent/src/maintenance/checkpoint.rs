@@ -3,54 +3,29 @@
 //! summary the Node shows. The node controller (`crate::node::controller`) decides when a round runs.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
 
 use crate::clock::{rfc3339, Millis};
-use crate::config::Config;
-use crate::coord::{Coordinator, Keys};
 use crate::hang::model::{gang_of, valid_worker_id, Gang};
 use crate::hang::policy_membership;
 use crate::maintenance::policy_round::{acknowledged, describe};
 use crate::maintenance::request::{self as checkpoint, Checkpointer, Outcome, WorkerResult};
-use crate::metrics::Metrics;
-use crate::runtime::{Container, ContainerRuntime};
+use crate::runtime::Container;
 use crate::trail::Code;
 
-pub(crate) struct CheckpointRounds {
-    checkpointer: Checkpointer,
-    metrics: Arc<Metrics>,
-}
+/// The gangs of this node's workers, by id: each gang and its workers here.
+type Gangs = BTreeMap<String, (Gang, Vec<Container>)>;
 
-impl CheckpointRounds {
-    pub fn new(
-        cfg: &Config,
-        coord: Arc<dyn Coordinator>,
-        runtime: Arc<dyn ContainerRuntime>,
-        metrics: Arc<Metrics>,
-    ) -> Self {
-        let c = &cfg.checkpoint;
-        let checkpointer = Checkpointer {
-            coord,
-            runtime,
-            keys: Keys::new(&cfg.redis.key_prefix, &cfg.node_name),
-            default_method: checkpoint::Method::resolve(&c.method, c.signal),
-            default_signal: c.signal,
-            http: reqwest::Client::new(),
-            timing: crate::hang::policy_gang::Timing::of(cfg),
-        };
-        CheckpointRounds { checkpointer, metrics }
-    }
-
+impl Checkpointer {
     /// Deliver the requests and wait for the acknowledgements, all within `budget` (listing the
     /// workers included). A listing that fails is one `failed` result, not "nothing to do".
     /// A member of a gang is asked through its gang's round (`crate::maintenance::gang_round`),
     /// every member on every node at once; the others one by one, as before gangs.
     pub(crate) async fn request(&self, reason: &str, budget: Duration) -> Vec<WorkerResult> {
         let started = tokio::time::Instant::now();
-        let listed = tokio::time::timeout(budget, self.checkpointer.runtime.list_workers()).await;
+        let listed = tokio::time::timeout(budget, self.runtime.list_workers()).await;
         let why = match listed {
             Ok(Ok(workers)) => {
                 // Only a running worker can save anything (the listing holds exited ones too).
@@ -63,8 +38,11 @@ impl CheckpointRounds {
                 let left = budget.saturating_sub(started.elapsed());
                 let deadline = started + budget;
                 let (gangs, alone) = self.gangs_of(workers, left).await;
+                // The workers of no gang are asked each on its own (not through a gang), all at
+                // once, each given `left` from here.
+                let alone_deadline = tokio::time::Instant::now() + left;
                 let (mut results, by_gang) = tokio::join!(
-                    self.checkpointer.run(&alone, reason, left),
+                    join_all(alone.iter().map(|c| self.one(c, reason, left, alone_deadline))),
                     join_all(gangs.values().map(|g| self.gang_results(g, reason, left, deadline)))
                 );
                 results.extend(by_gang.into_iter().flatten());
@@ -88,19 +66,11 @@ impl CheckpointRounds {
     /// The workers grouped by the gang their record names (or, without one, their pod's
     /// labels), and the workers of no gang. Records that cannot be read leave their workers
     /// alone: asked one by one, as before gangs.
-    async fn gangs_of(
-        &self,
-        workers: Vec<Container>,
-        within: Duration,
-    ) -> (BTreeMap<String, (Gang, Vec<Container>)>, Vec<Container>) {
-        let keys: Vec<String> =
-            workers.iter().map(|c| self.checkpointer.keys.status(&c.worker)).collect();
-        let records = tokio::time::timeout(within, self.checkpointer.coord.hgetall_many(&keys))
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default();
-        let mut gangs: BTreeMap<String, (Gang, Vec<Container>)> = BTreeMap::new();
+    async fn gangs_of(&self, workers: Vec<Container>, within: Duration) -> (Gangs, Vec<Container>) {
+        let keys: Vec<String> = workers.iter().map(|c| self.keys.status(&c.worker)).collect();
+        let read = tokio::time::timeout(within, self.coord.hgetall_many(&keys)).await;
+        let records = read.ok().and_then(Result::ok).unwrap_or_default();
+        let mut gangs = Gangs::new();
         let mut alone = Vec::new();
         for (i, c) in workers.into_iter().enumerate() {
             // NB: the tenancy rule (`crate::hang::policy_membership`): a record can neither
@@ -123,7 +93,7 @@ impl CheckpointRounds {
         deadline: tokio::time::Instant,
     ) -> Vec<WorkerResult> {
         let started = tokio::time::Instant::now();
-        let round = self.checkpointer.gang_round(g, local, reason, budget, deadline);
+        let round = self.gang_round(g, local, reason, budget, deadline);
         // The detail is also the round's line in the summary (`gang`), whatever its end.
         let (outcome, detail) = match tokio::time::timeout_at(deadline, round).await {
             Ok(Ok(r)) if acknowledged(&r) => (Outcome::Acked, describe(&r)),

@@ -24,7 +24,7 @@ use crate::fleet::view::NodeRecord;
 use crate::hang::gang_marks::read_view;
 use crate::hang::model_gang::{member_id, Member};
 use crate::hang::policy_gang::{self as gp, Timing};
-use crate::maintenance::gang_round::{asked, fresh, Asked, RoundIo};
+use crate::maintenance::gang_round::{asked, fresh, Asked, RoundIo, ROUND_MARGIN};
 use crate::maintenance::model_round::{DrillResult, Round, DRILL_REASON};
 use crate::maintenance::policy_round::{drill_result, round_budget, verdict};
 use crate::maintenance::request::acknowledges;
@@ -117,8 +117,7 @@ async fn claim_gang(
 ) -> Result<Option<String>, DrillError> {
     let Target::Gang(g) = target else { return Ok(None) };
     let key = Keys::new(&cfg.redis.key_prefix, &cfg.node_name).gang_checkpoint(g);
-    let ttl = wait + Duration::from_secs(10);
-    if coord.set_nx(&key, &round.encode(), ttl).await? {
+    if coord.set_nx(&key, &round.encode(), wait + ROUND_MARGIN).await? {
         return Ok(Some(key));
     }
     let open = coord.get(&key).await?.and_then(|t| Round::decode(&t));
@@ -187,15 +186,13 @@ async fn members_of(
         }
         Target::Node(node) => {
             let fields = coord.hgetall(&Keys::new(prefix, node).agent()).await?;
-            let workers = NodeRecord::from_fields(&fields)
-                .map(|r| r.workers.into_keys().collect::<Vec<_>>())
-                .unwrap_or_default();
+            let workers = NodeRecord::from_fields(&fields).map(|r| r.workers).unwrap_or_default();
             if workers.is_empty() {
                 return Err(DrillError::NothingToAsk(format!(
                     "node {node} publishes no workers: its agent is not running, or no worker there opted in"
                 )));
             }
-            Ok((workers.iter().map(|w| member(node, w)).collect(), Vec::new()))
+            Ok((workers.keys().map(|w| member(node, w)).collect(), Vec::new()))
         }
     }
 }
@@ -210,9 +207,7 @@ async fn refuse_pending(
 ) -> Result<(), DrillError> {
     let recent = ms(cfg.checkpoint.maintenance_budget + cfg.checkpoint.grace);
     for (m, rec) in members.iter().zip(&io.records(members.iter()).await?) {
-        let Some(id) = rec.get("checkpoint_request").filter(|r| !r.is_empty()) else {
-            continue;
-        };
+        let Some(id) = rec.get("checkpoint_request").filter(|r| !r.is_empty()) else { continue };
         let at: Millis =
             rec.get("checkpoint_requested_at").and_then(|t| t.parse().ok()).unwrap_or(0);
         if !acknowledges(rec, id) && now - at < recent {
@@ -232,24 +227,24 @@ async fn refuse_pending(
 /// printed already.
 async fn record(coord: &dyn Coordinator, cfg: &Config, members: &[Asked], r: &DrillResult) {
     let prefix = cfg.redis.key_prefix.as_str();
-    let detail = verdict(r).join("; ");
     let nodes: std::collections::BTreeSet<&str> = members.iter().map(|m| m.node.as_str()).collect();
     let by = format!("vigil drill on {}", cfg.node_name);
+    // One line, the same on every node but for its worker.
+    let mut d = Decision {
+        at: r.at,
+        worker: "*",
+        verdict: "drill",
+        decision: Code::CheckpointDrill,
+        detail: verdict(r).join("; "),
+        incident: None,
+        agent: &by,
+        dry_run: false,
+    };
     for node in &nodes {
         // The one member asked on this node, else `*`.
         let here: Vec<&str> =
             members.iter().filter(|m| m.node == *node).map(|m| m.worker.as_str()).collect();
-        let worker = if let [one] = here[..] { one } else { "*" };
-        let d = Decision {
-            at: r.at,
-            worker,
-            verdict: "drill",
-            decision: Code::CheckpointDrill,
-            detail: detail.clone(),
-            incident: None,
-            agent: &by,
-            dry_run: false,
-        };
+        d.worker = if let [one] = here[..] { one } else { "*" };
         let key = Keys::new(prefix, node).trail();
         if let Err(e) = coord.append(&key, &d.fields(), cfg.redis.trail_max_len).await {
             tracing::warn!(node, error = %e, "cannot write the drill to this node's trail");
@@ -267,19 +262,14 @@ async fn store(coord: &dyn Coordinator, prefix: &str, owner: &str, r: &DrillResu
     let keys = Keys::new(prefix, owner);
     let index = keys.fleet_drills();
     let former = coord.hgetall(&index).await.ok().and_then(|mut i| i.remove(&r.target));
+    let result = vec![(r.target.clone(), serde_json::to_string(r).unwrap_or_default())];
     let mut ops = vec![
-        Op::Hset {
-            key: keys.drills(),
-            fields: vec![(r.target.clone(), serde_json::to_string(r).unwrap_or_default())],
-            ttl: Some(KEPT),
-        },
+        Op::Hset { key: keys.drills(), fields: result, ttl: Some(KEPT) },
         Op::Hset { key: index, fields: vec![(r.target.clone(), owner.to_string())], ttl: None },
     ];
     if let Some(former) = former.filter(|n| n != owner) {
-        ops.push(Op::Hdel {
-            key: Keys::new(prefix, &former).drills(),
-            fields: vec![r.target.clone()],
-        });
+        let key = Keys::new(prefix, &former).drills();
+        ops.push(Op::Hdel { key, fields: vec![r.target.clone()] });
     }
     // NB: a cluster splits the batch per slot; the writes are independent.
     if let Err(e) = coord.batch(&ops).await {

@@ -29,7 +29,7 @@ use crate::runtime::Container;
 
 /// Extra life of the round's key past its budget: a joiner that reads it at the last moment
 /// still finds it.
-const ROUND_MARGIN: Duration = Duration::from_secs(10);
+pub(crate) const ROUND_MARGIN: Duration = Duration::from_secs(10);
 
 /// What the end of a round takes (the key's removal, the reply): its wait ends this much
 /// before the caller's budget.
@@ -126,19 +126,15 @@ impl Checkpointer {
             if self.coord.set_nx(&key, &fresh.encode(), ttl).await? {
                 return Ok((fresh, true));
             }
-            let Some(text) = self.coord.get(&key).await? else {
-                continue; // gone meanwhile: try to open it again
-            };
-            match Round::decode(&text) {
-                // NB: a real notice never joins a drill (its workers must save for the notice)
-                // nor a round of another reason (a preemption asks for a save of its own).
-                Some(r) if r.until > now && !r.drill && r.reason == fresh.reason => {
-                    return Ok((r, false))
-                }
-                _ => {
-                    self.coord.del_if_owner(&key, &text).await?;
-                }
+            // Gone meanwhile (no text): try to open it again.
+            let Some(text) = self.coord.get(&key).await? else { continue };
+            // NB: a real notice never joins a drill (its workers must save for the notice) nor a
+            // round of another reason (a preemption asks for a save of its own).
+            let joinable = |r: &Round| r.until > now && !r.drill && r.reason == fresh.reason;
+            if let Some(r) = Round::decode(&text).filter(joinable) {
+                return Ok((r, false));
             }
+            self.coord.del_if_owner(&key, &text).await?;
         }
         Err(RoundError::Contended(key))
     }
@@ -155,20 +151,17 @@ impl RoundIo<'_> {
     /// Write the round's request into every member's record: one pipelined write per node, the
     /// nodes at once. A node whose write fails is logged; its members show as unanswered.
     pub(crate) async fn write_requests(&self, round: &Round, members: &[Asked]) {
+        let fields = vec![
+            ("checkpoint_request".to_string(), round.id.clone()),
+            ("checkpoint_reason".to_string(), round.reason.clone()),
+            ("checkpoint_requested_at".to_string(), round.at.to_string()),
+            ("checkpoint_drill".to_string(), if round.drill { "1" } else { "" }.to_string()),
+        ];
         let mut by_node: BTreeMap<&str, Vec<Op>> = BTreeMap::new();
         for m in members {
-            let keys = Keys::new(self.prefix, &m.node);
-            let fields = vec![
-                ("checkpoint_request".to_string(), round.id.clone()),
-                ("checkpoint_reason".to_string(), round.reason.clone()),
-                ("checkpoint_requested_at".to_string(), round.at.to_string()),
-                ("checkpoint_drill".to_string(), if round.drill { "1" } else { "" }.to_string()),
-            ];
-            by_node.entry(&m.node).or_default().push(Op::Hset {
-                key: keys.status(&m.worker),
-                fields,
-                ttl: None,
-            });
+            let key = Keys::new(self.prefix, &m.node).status(&m.worker);
+            let op = Op::Hset { key, fields: fields.clone(), ttl: None };
+            by_node.entry(&m.node).or_default().push(op);
         }
         let writes = by_node.iter().map(|(node, ops)| async move {
             if let Err(e) = self.coord.batch(ops).await {

@@ -230,15 +230,8 @@ impl MetadataClient {
         let url = self.url(key, wait)?;
         let deadline =
             self.request_timeout_extra + Duration::from_secs(u64::from(wait.map_or(0, |(_, t)| t)));
-        let resp = self
-            .http
-            .get(url)
-            .header("Metadata-Flavor", "Google")
-            .timeout(deadline)
-            .send()
-            .await
-            .map_err(|e| self.transport_error(key, deadline, e))?;
-
+        let request = self.http.get(url).header("Metadata-Flavor", "Google").timeout(deadline);
+        let resp = request.send().await.map_err(|e| self.transport_error(key, deadline, e))?;
         let resp = refused(key, resp).await?;
         if resp.headers().get("Metadata-Flavor") != Some(&HeaderValue::from_static("Google")) {
             return Err(MetadataError::malformed(
@@ -248,12 +241,8 @@ impl MetadataClient {
                     .into(),
             ));
         }
-        let etag = resp
-            .headers()
-            .get(ETAG)
-            .and_then(|v| v.to_str().ok())
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty());
+        let etag = resp.headers().get(ETAG).and_then(|v| v.to_str().ok()).map(str::trim);
+        let etag = etag.filter(|s| !s.is_empty()).map(str::to_string);
         let value = resp.text().await.map_err(|e| self.transport_error(key, deadline, e))?;
         Ok(Fetched { value, etag })
     }

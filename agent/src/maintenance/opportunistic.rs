@@ -40,20 +40,15 @@ pub(crate) enum ClaimStep {
     Released(String),
 }
 
-/// Where the idle check reads the node's pods: the Kubernetes API and the kubelet.
-#[derive(Clone, Default)]
-pub(crate) struct PodWitnesses {
-    pub(crate) pods: Option<Arc<dyn PodApi>>,
-    pub(crate) devices: Option<Arc<PodResourcesClient>>,
-}
-
 pub(crate) struct Opportunistic {
     cfg: Config,
     keys: Keys,
     coord: Arc<dyn Coordinator>,
     runtime: Arc<dyn ContainerRuntime>,
-    /// Where the node's pods are read.
-    pub(crate) witnesses: PodWitnesses,
+    /// The Kubernetes API: the node's pods that request accelerators.
+    pub(crate) pod_api: Option<Arc<dyn PodApi>>,
+    /// The kubelet's PodResources API: the pods holding accelerator devices.
+    pub(crate) kubelet: Option<Arc<PodResourcesClient>>,
     metrics: Arc<Metrics>,
     /// The claim's token while this node holds it.
     claimed: Option<Lease>,
@@ -81,7 +76,8 @@ impl Opportunistic {
             cfg: cfg.clone(),
             coord,
             runtime,
-            witnesses: PodWitnesses::default(),
+            pod_api: None,
+            kubelet: None,
             metrics,
             claimed: None,
             last: None,
@@ -93,9 +89,7 @@ impl Opportunistic {
 
     /// Give the claim back (the episode it was taken for is over).
     pub(crate) async fn release(&mut self, why: &str) -> ClaimStep {
-        let Some(lease) = self.claimed.take() else {
-            return ClaimStep::Unchanged;
-        };
+        let Some(lease) = self.claimed.take() else { return ClaimStep::Unchanged };
         let _ = lease.release(self.coord.as_ref()).await;
         ClaimStep::Released(why.to_string())
     }
@@ -133,17 +127,13 @@ impl Opportunistic {
             self.episode_over();
             return ClaimStep::Unchanged;
         }
-        let Some((now, since)) = self.idle_since(gpus).await else {
-            return ClaimStep::Unchanged;
-        };
+        let Some((now, since)) = self.idle_since(gpus).await else { return ClaimStep::Unchanged };
         // NB: the fleet is read only once the node has been idle long enough to claim: an idle
         // node does not read every record of the fleet every tick.
         if now - since < crate::clock::ms(self.cfg.opportunistic.idle_for) {
             return ClaimStep::Unchanged;
         }
-        let Some(others) = self.others_healthy().await else {
-            return ClaimStep::Unchanged;
-        };
+        let Some(others) = self.others_healthy().await else { return ClaimStep::Unchanged };
         if !opportunistic_due(&self.cfg.opportunistic, now, since, others) {
             return ClaimStep::Unchanged;
         }
@@ -196,7 +186,7 @@ impl Opportunistic {
     /// The pods the kubelet gave accelerator devices; off without Kubernetes or without a
     /// PodResources socket (`runtime.pod_resources_socket = ""`).
     async fn pod_resources(&self) -> Witness<BTreeSet<PodKey>> {
-        let Some(src) = self.witnesses.devices.as_ref().filter(|_| self.cfg.kubernetes_on()) else {
+        let Some(src) = self.kubelet.as_ref().filter(|_| self.cfg.kubernetes_on()) else {
             return Witness::Off;
         };
         src.gpus().await.map(|g| g.holders().clone()).map_err(|e| e.to_string()).into()
@@ -207,7 +197,7 @@ impl Opportunistic {
         if !self.cfg.kubernetes_on() {
             return Witness::Off;
         }
-        let Some(api) = &self.witnesses.pods else {
+        let Some(api) = &self.pod_api else {
             return Witness::Unknown(
                 "no Kubernetes API client (see the start-up log), so this node's pods cannot be listed".into(),
             );
@@ -268,11 +258,9 @@ impl Opportunistic {
     async fn claim(&mut self, idle: Millis, others: usize) -> ClaimStep {
         // NB: the claim is atomic (SET NX): two idle nodes of a pool never go together.
         let token = format!("{}:{:08x}", self.cfg.node_name, rand::random::<u32>());
+        let key = self.keys.maintenance_claim(&self.pool);
         let ttl = self.cfg.opportunistic.claim_ttl;
-        if let Ok(Some(lease)) =
-            Lease::take(self.coord.as_ref(), self.keys.maintenance_claim(&self.pool), token, ttl)
-                .await
-        {
+        if let Ok(Some(lease)) = Lease::take(self.coord.as_ref(), key, token, ttl).await {
             self.claimed = Some(lease);
             return ClaimStep::Claimed(format!(
                 "idle {} with {others} other healthy node(s) in pool {}: asking GKE to perform the maintenance now",

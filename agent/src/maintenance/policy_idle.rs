@@ -126,13 +126,8 @@ impl BusyReason {
 
     /// A witness that could not answer (as opposed to one that saw work).
     pub(crate) fn is_unknown(self) -> bool {
-        matches!(
-            self,
-            BusyReason::WorkersUnknown
-                | BusyReason::PodResourcesUnknown
-                | BusyReason::PodsUnknown
-                | BusyReason::NvmlUnknown
-        )
+        use BusyReason as B;
+        matches!(self, B::WorkersUnknown | B::PodResourcesUnknown | B::PodsUnknown | B::NvmlUnknown)
     }
 }
 as_str!(pub BusyReason);

@@ -22,12 +22,8 @@ pub(crate) fn round_budget(own: Duration, reason: &str, members: &[Member]) -> D
         "host-maintenance" => m.maintenance_budget,
         _ => None,
     };
-    members
-        .iter()
-        .filter_map(of)
-        .map(|ms| Duration::from_millis(ms.max(0) as u64))
-        .filter(|d| !d.is_zero())
-        .fold(own, Duration::min)
+    let budgets = members.iter().filter_map(of).map(|ms| Duration::from_millis(ms.max(0) as u64));
+    budgets.filter(|d| !d.is_zero()).fold(own, Duration::min)
 }
 
 /// Whether every member answered: all asked acknowledged this round's id, the gang's view was
@@ -54,33 +50,25 @@ pub(crate) fn describe(r: &GangRound) -> String {
     let asked = r.members.len();
     let total = r.size.map_or(asked, |n| (n as usize).max(asked));
     let acked = r.members.iter().filter(|m| m.acked.is_some()).count();
-    let mut s = format!(
-        "gang {} round {}{}: acked by {acked}/{total}",
-        r.gang,
-        r.round.id,
-        if r.opened { String::new() } else { format!(" (opened by {})", r.round.by) }
-    );
+    let by = if r.opened { String::new() } else { format!(" (opened by {})", r.round.by) };
+    let mut s = format!("gang {} round {}{by}: acked by {acked}/{total}", r.gang, r.round.id);
     let silent: Vec<String> = r
         .members
         .iter()
         .filter(|m| m.acked.is_none())
         .map(|m| match &m.state {
             // NB: the worker writes its state: bounded here, as it reaches the Node.
-            Some(state) => format!(
-                "{} (state {})",
-                m.member,
-                state.chars().take(STATE_CHARS).collect::<String>()
-            ),
+            Some(state) => {
+                let state: String = state.chars().take(STATE_CHARS).collect();
+                format!("{} (state {state})", m.member)
+            }
             None => m.member.clone(),
         })
         .collect();
     if !silent.is_empty() {
         let budget = Duration::from_millis((r.round.until - r.round.at).max(0) as u64);
-        s.push_str(&format!(
-            "; no answer from {} within {}",
-            names(&silent),
-            crate::clock::brief(budget)
-        ));
+        let within = crate::clock::brief(budget);
+        s.push_str(&format!("; no answer from {} within {within}", names(&silent)));
     }
     if !r.view_read {
         s.push_str("; the gang's view could not be read: only this node's members were asked");

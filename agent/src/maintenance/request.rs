@@ -15,8 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Millis;
-use crate::config::{CheckpointMethod, Signal};
+use crate::config::{CheckpointMethod, Config, Signal};
 use crate::coord::{Coordinator, Keys};
+use crate::metrics::Metrics;
 use crate::redact::{Secret, Urls};
 use crate::runtime::{Container, ContainerRuntime};
 
@@ -94,13 +95,10 @@ pub struct WorkerResult {
 
 /// A one-line summary for the Node annotation and the trail: `acked=2 timed-out=1 failed=0`.
 pub fn summary(results: &[WorkerResult]) -> String {
+    use Outcome::{Acked, Failed, TimedOut};
     let count = |o| results.iter().filter(|r| r.outcome == o).count();
-    format!(
-        "acked={} timed-out={} failed={}",
-        count(Outcome::Acked),
-        count(Outcome::TimedOut),
-        count(Outcome::Failed)
-    )
+    let [acked, timed_out, failed] = [Acked, TimedOut, Failed].map(count);
+    format!("acked={acked} timed-out={timed_out} failed={failed}")
 }
 
 /// Does `record` acknowledge the request `id`? Only the id itself does: in `checkpoint_ack`
@@ -121,7 +119,9 @@ pub(crate) fn new_id() -> String {
     format!("{:012x}", rand::random::<u64>() >> 16)
 }
 
-/// What a checkpoint round needs.
+/// What a checkpoint round needs: the workers' runtime and records, how a worker is asked when
+/// its label does not say, and where the round's results are counted. One worker's request is
+/// here; the round is `crate::maintenance::checkpoint`'s, a gang's round `gang_round`'s.
 pub(crate) struct Checkpointer {
     pub(crate) coord: Arc<dyn Coordinator>,
     pub(crate) runtime: Arc<dyn ContainerRuntime>,
@@ -131,19 +131,28 @@ pub(crate) struct Checkpointer {
     pub(crate) http: reqwest::Client,
     /// When a gang's member left its view (`crate::hang::policy_gang::present`).
     pub(crate) timing: crate::hang::policy_gang::Timing,
+    /// Where the round's results are counted.
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl Checkpointer {
-    /// Ask every worker at once and wait for all of them, never longer than `budget`.
-    pub(crate) async fn run(
-        &self,
-        workers: &[Container],
-        reason: &str,
-        budget: Duration,
-    ) -> Vec<WorkerResult> {
-        let deadline = tokio::time::Instant::now() + budget;
-        let asks = workers.iter().map(|c| self.one(c, reason, budget, deadline));
-        futures_util::future::join_all(asks).await
+    pub fn new(
+        cfg: &Config,
+        coord: Arc<dyn Coordinator>,
+        runtime: Arc<dyn ContainerRuntime>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let c = &cfg.checkpoint;
+        Checkpointer {
+            coord,
+            runtime,
+            keys: Keys::new(&cfg.redis.key_prefix, &cfg.node_name),
+            default_method: Method::resolve(&c.method, c.signal),
+            default_signal: c.signal,
+            http: reqwest::Client::new(),
+            timing: crate::hang::policy_gang::Timing::of(cfg),
+            metrics,
+        }
     }
 
     pub(crate) fn method_for(&self, c: &Container) -> Result<Method, DeliveryError> {
@@ -151,7 +160,8 @@ impl Checkpointer {
         Method::parse(label.expose(), self.default_signal).map_err(DeliveryError::Label)
     }
 
-    async fn one(
+    /// Ask one worker by its method, and wait for its acknowledgement until `deadline`.
+    pub(crate) async fn one(
         &self,
         c: &Container,
         reason: &str,
@@ -246,11 +256,10 @@ impl Checkpointer {
     ) -> Result<(), DeliveryError> {
         match method {
             Method::Record => Ok(()),
-            Method::Signal(sig) => self
-                .runtime
-                .kill(&c.id, sig.as_str())
-                .await
-                .map_err(|source| DeliveryError::Signal { signal: sig.as_str(), source }),
+            Method::Signal(sig) => {
+                let killed = self.runtime.kill(&c.id, sig.as_str()).await;
+                killed.map_err(|source| DeliveryError::Signal { signal: sig.as_str(), source })
+            }
             Method::Http(url) => {
                 let body = serde_json::json!({
                     "request": id,
@@ -259,14 +268,8 @@ impl Checkpointer {
                     "deadline_ms": budget.as_millis() as u64,
                 });
                 // NB: `url` shows redacted; the error is said without it (it names the URL).
-                let sent = self
-                    .http
-                    .post(url.expose())
-                    .timeout(budget.min(Duration::from_secs(5)))
-                    .json(&body)
-                    .send()
-                    .await;
-                let why = match sent {
+                let post = self.http.post(url.expose()).timeout(budget.min(Duration::from_secs(5)));
+                let why = match post.json(&body).send().await {
                     Ok(r) if r.status().is_success() => return Ok(()),
                     Ok(r) => format!("HTTP {}", r.status()),
                     Err(e) => crate::http::http_error(e),

@@ -227,9 +227,8 @@ impl DrillMetrics {
             for (quantile, v) in [("0.5", d.p50), ("1", d.all)] {
                 self.seconds.get_or_create(&[target(), ("quantile", quantile.into())]).set(v);
             }
-            for (budget, fits) in
-                [("preemption", d.fits_preemption), ("maintenance", d.fits_maintenance)]
-            {
+            let budgets = [("preemption", d.fits_preemption), ("maintenance", d.fits_maintenance)];
+            for (budget, fits) in budgets {
                 self.fits.get_or_create(&[target(), ("budget", budget.into())]).set(fits.into());
             }
             self.at.get_or_create(&[target()]).set(d.at_ms / 1000);

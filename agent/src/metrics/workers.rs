@@ -125,29 +125,25 @@ impl WorkerMetrics {
         set_or_remove(&self.heartbeat_age, &id, age);
         set_or_remove(&self.allowed_silence, &id, s.silence.map(seconds));
         if let Some(at) = s.restarted {
-            Self::set_restart(&self.last_restart, e, &id, at);
+            self.note_restart(e, s.worker, at);
         }
     }
 
-    /// This agent restarted `worker` at `at` (coordinator clock).
+    /// `worker` was restarted at `at` (coordinator clock), by this agent or as the shared marks
+    /// remember. NB: the shared restart mark is deleted once the worker is healthy again: the
+    /// series keeps the latest restart known for as long as the worker is watched.
     pub(crate) fn restarted(&self, worker: &str, at: Millis) {
         let mut all = self.exported();
         let e = all.entry(worker.to_string()).or_default();
-        let id = [("worker", worker.to_string())];
-        Self::set_restart(&self.last_restart, e, &id, at);
+        self.note_restart(e, worker, at);
     }
 
-    /// NB: the shared restart mark is deleted once the worker is healthy again: the series keeps
-    /// the latest restart known for as long as the worker is watched.
-    fn set_restart(
-        family: &Family<WorkerLabels, F64Gauge>,
-        e: &mut Exported,
-        id: &WorkerLabels,
-        at: Millis,
-    ) {
+    /// `worker`'s entry `e` (its lock held) and series told of a restart at `at`: the latest
+    /// restart known, never going back.
+    fn note_restart(&self, e: &mut Exported, worker: &str, at: Millis) {
         if e.restarted.is_none_or(|known| at > known) {
             e.restarted = Some(at);
-            family.get_or_create(id).set(seconds(at));
+            self.last_restart.get_or_create(&[("worker", worker.to_string())]).set(seconds(at));
         }
     }
 

@@ -22,13 +22,13 @@ use crate::alerts::Notifier;
 use crate::clock::{Clock, Millis, SystemClock};
 use crate::config::Config;
 use crate::coord::Coordinator;
+use crate::kube::device_taints::KubeDeviceTaints;
 use crate::kube::node::{EventType, NodeApi};
 use crate::kube::node_source::NodeReader;
-use crate::maintenance::checkpoint::CheckpointRounds;
-use crate::maintenance::opportunistic::{ClaimStep, Opportunistic, PodWitnesses};
+use crate::maintenance::opportunistic::{ClaimStep, Opportunistic};
 use crate::maintenance::policy::{checkpoint_for, derive, event_for, interruption_starts};
 use crate::maintenance::policy_idle::gpu_witness;
-use crate::maintenance::request::WorkerResult;
+use crate::maintenance::request::{Checkpointer, WorkerResult};
 use crate::metrics::{Metrics, NodeInfoLabels};
 use crate::node::info::NodeInfoRx;
 use crate::node::policy_info::{labels_state, merge};
@@ -57,34 +57,16 @@ type RoundResult = (&'static str, Vec<WorkerResult>);
 /// The checkpoint rounds in flight.
 type Rounds = tokio::task::JoinSet<RoundResult>;
 
-/// Writes the controller's decisions to the trail, with the phase as the verdict.
-struct Notes {
-    trail: Trail,
-    coord: Arc<dyn Coordinator>,
-}
-
-impl Notes {
-    /// The coordinator's clock; the node's when the coordinator is down.
-    async fn now(&self) -> Millis {
-        self.coord.time().await.unwrap_or_else(|_| SystemClock.now())
-    }
-
-    async fn note(&self, phase: Phase, worker: &str, code: Code, detail: String) {
-        let at = self.now().await;
-        let recorded = self.trail.record(at, worker, phase.as_str(), code, detail, None).await;
-        if let Err(e) = recorded {
-            tracing::warn!(error = %e, decision = code.as_str(), "decision not stored in the trail");
-        }
-    }
-}
-
 pub struct Controller {
     cfg: Config,
     metrics: Arc<Metrics>,
     facts: SharedFacts,
-    notes: Notes,
+    /// Where the controller's decisions are written, with the phase as the verdict.
+    trail: Trail,
+    /// The coordinator, whose clock stamps the controller's notes and losses.
+    coord: Arc<dyn Coordinator>,
     node: NodePublisher,
-    rounds: Arc<CheckpointRounds>,
+    rounds: Arc<Checkpointer>,
     /// When the last checkpoint round ended (a SIGTERM right after one does not repeat it).
     last_round_ended: Option<tokio::time::Instant>,
     claim: Opportunistic,
@@ -129,13 +111,14 @@ impl Controller {
         metrics: Arc<Metrics>,
         trail: Trail,
     ) -> Controller {
-        let rounds = CheckpointRounds::new(&cfg, coord.clone(), runtime.clone(), metrics.clone());
+        let rounds = Checkpointer::new(&cfg, coord.clone(), runtime.clone(), metrics.clone());
         Controller {
             node: NodePublisher::new(&cfg, None, metrics.clone()),
             rounds: Arc::new(rounds),
             last_round_ended: None,
             claim: Opportunistic::new(&cfg, coord.clone(), runtime, metrics.clone()),
-            notes: Notes { trail, coord },
+            trail,
+            coord,
             gpu: HealthTracker::default(),
             gpu_seen: None,
             gpu_cleared_seen: 0,
@@ -166,10 +149,7 @@ impl Controller {
     }
 
     /// Taint a failed GPU's DRA device through `api` (`gpu.device_taints`) instead of the Node.
-    pub fn with_device_taints(
-        mut self,
-        api: Arc<crate::kube::device_taints::KubeDeviceTaints>,
-    ) -> Self {
+    pub fn with_device_taints(mut self, api: Arc<KubeDeviceTaints>) -> Self {
         self.node.device_taints = Some(api);
         self
     }
@@ -181,7 +161,8 @@ impl Controller {
         pods: Option<Arc<dyn crate::kube::pods::PodApi>>,
         devices: Option<Arc<crate::kube::podresources::PodResourcesClient>>,
     ) -> Self {
-        self.claim.witnesses = PodWitnesses { pods, devices };
+        self.claim.pod_api = pods;
+        self.claim.kubelet = devices;
         self
     }
 
@@ -218,8 +199,23 @@ impl Controller {
         self
     }
 
+    /// The coordinator's clock; the node's when the coordinator is down.
+    async fn now(&self) -> Millis {
+        self.coord.time().await.unwrap_or_else(|_| SystemClock.now())
+    }
+
+    /// A decision about `worker` into the trail, with the phase as the verdict.
+    async fn note_about(&self, worker: &str, code: Code, detail: String) {
+        let (at, phase) = (self.now().await, self.state.phase.as_str());
+        let recorded = self.trail.record(at, worker, phase, code, detail, None).await;
+        if let Err(e) = recorded {
+            tracing::warn!(error = %e, decision = code.as_str(), "decision not stored in the trail");
+        }
+    }
+
+    /// A decision about the node into the trail.
     async fn note(&self, code: Code, detail: String) {
-        self.notes.note(self.state.phase, "-", code, detail).await;
+        self.note_about("-", code, detail).await;
     }
 
     fn set_phase_metric(&self, phase: Phase) {
@@ -296,43 +292,44 @@ impl Controller {
         }
         self.node.view.maintenance = next.clone();
         let detail = transition_detail(&prev, &next);
-        self.notes.note(next.phase, "-", Code::Maintenance, detail.clone()).await;
+        self.note(Code::Maintenance, detail.clone()).await;
         self.node.publish().await;
         if prev.phase != next.phase {
             let (reason, kind) = event_for(next.phase);
-            let message = format!("vigil: maintenance {detail}");
-            self.node.event(reason, &message, kind).await;
+            self.node.event(reason, &format!("maintenance {detail}"), kind).await;
         }
     }
 
-    /// The facts the restart path reads, the phase metric and the interruption counter.
+    /// The facts the restart path reads, the phase metric, and the interruption that starts
+    /// (counted, and its time counted as lost from now on: see `lost.rs`) or ends.
     async fn record_transition(&mut self, prev: &MaintenanceState, next: &MaintenanceState) {
-        let now = self.notes.now().await;
+        let now = self.now().await;
+        let ends = interrupting(prev.phase) && !interrupting(next.phase);
         {
             let mut f = self.facts.write().unwrap_or_else(|p| p.into_inner());
             f.maintenance = next.clone();
-            if interrupting(prev.phase) && !interrupting(next.phase) {
+            if ends {
                 f.interruption_ended = Some(now);
             }
         }
         self.set_phase_metric(next.phase);
         for source in [Source::Metadata, Source::NodeLabels] {
-            let reporting = next.sources.contains(&source);
-            self.metrics.node_info.source(source.as_str(), reporting);
+            self.metrics.node_info.source(source.as_str(), next.sources.contains(&source));
         }
-        let window = next.window_start.as_deref();
-        let start = window.and_then(crate::clock::parse_rfc3339);
+        let start = next.window_start.as_deref().and_then(crate::clock::parse_rfc3339);
         self.metrics.maintenance.window_start(start);
-        if interruption_starts(prev.phase, next.phase) {
-            let kind = next.interruption.unwrap_or(Interruption::HostMaintenance).as_str();
-            for reason in &next.reasons {
-                self.metrics.maintenance.interruption(kind, reason);
-            }
-        }
         if matches!(next.phase, Phase::None | Phase::Pending) {
             self.checkpointed_episode = false;
         }
-        self.lose_to_transition(prev, next, now).await;
+        if interruption_starts(prev.phase, next.phase) {
+            let kind = next.interruption.unwrap_or(Interruption::HostMaintenance);
+            for reason in &next.reasons {
+                self.metrics.maintenance.interruption(kind.as_str(), reason);
+            }
+            self.begin_interruption(kind, now);
+        } else if ends {
+            self.end_interruption(now, "it ended").await;
+        }
     }
 
     /// One tick: the Node again if the last write failed (it must converge to the desired
@@ -368,7 +365,7 @@ impl Controller {
         self.note(Code::PerformMaintenance, detail).await;
         self.node.publish().await;
         if claimed {
-            let message = "vigil: node idle; perform-maintenance requested";
+            let message = "node idle; perform-maintenance requested";
             self.node.event("VigilPerformMaintenance", message, EventType::Normal).await;
         }
     }
@@ -376,7 +373,7 @@ impl Controller {
     /// SIGTERM: the checkpoint (see `on_sigterm`), then the interruption under way ends.
     async fn stopping(&mut self, rounds: &mut Rounds) {
         self.on_sigterm(rounds).await;
-        let now = self.notes.now().await;
+        let now = self.now().await;
         self.end_interruption(now, "the agent stops: the node is going away").await;
     }
 
@@ -479,9 +476,7 @@ fn closed<T: Default>() -> watch::Receiver<T> {
 /// The next value of `rx`: pending forever without one; `None` once it closed (and `rx` is then
 /// `None`, pending from there on).
 async fn next<T: Clone>(rx: &mut Option<watch::Receiver<T>>) -> Option<T> {
-    let Some(r) = rx else {
-        return std::future::pending().await;
-    };
+    let Some(r) = rx else { return std::future::pending().await };
     if r.changed().await.is_err() {
         *rx = None;
         return None;

@@ -102,35 +102,31 @@ impl NodePublisher {
         // NB: observe mode shows the condition and never taints (a NoExecute taint evicts).
         let taint = SlowTaintNow { on: v.slow_tainted && !self.cfg.dry_run, evict: v.slow_evict };
         slow_desired(k, &self.cfg.gang.pace, &v.slow, taint, &mut want);
+        // Stale until the write is seen to land.
+        let was_stale = std::mem::replace(&mut self.stale, true);
         match tokio::time::timeout(KUBE_TIMEOUT, api.reconcile(&self.cfg.node_name, &want)).await {
             Ok(Ok(())) => {
-                if self.stale {
+                if was_stale {
                     tracing::info!("the Node shows Vigil's state again");
                 }
-                self.stale = false;
+                // NB: a failed device taint keeps it stale: tried again next tick.
+                self.stale = taints == Taints::Failed;
                 // The label this node set is gone now (`Some(false)`): from here on it is not
                 // ours to touch.
                 self.view.perform_maintenance = self.view.perform_maintenance.filter(|&on| on);
             }
             Ok(Err(e)) => {
                 self.metrics.kube.error(e.op());
-                if !self.stale {
+                if !was_stale {
                     tracing::error!(error = %e, "could not update the Node; retrying every poll_interval until it matches");
                 }
-                self.stale = true;
             }
             Err(_) => {
                 self.metrics.kube.error("patch");
-                if !self.stale {
+                if !was_stale {
                     tracing::error!("the Kubernetes API did not answer within {KUBE_TIMEOUT:?}; retrying every poll_interval until the Node matches");
                 }
-                self.stale = true;
             }
-        }
-        // NB: after the Node's write, which would clear it: a failed device taint is tried
-        // again next tick.
-        if taints == Taints::Failed {
-            self.stale = true;
         }
     }
 
@@ -145,9 +141,7 @@ impl NodePublisher {
     /// Nothing while the GPUs have not been read (a rule is neither made nor removed on a
     /// guess), nor in observe mode on `v1alpha3` (its `None` effect needs Kubernetes 1.35).
     async fn publish_device_taints(&mut self) -> Taints {
-        let Some(api) = self.device_taints.clone() else {
-            return Taints::Off;
-        };
+        let Some(api) = self.device_taints.clone() else { return Taints::Off };
         let gpu = &self.view.gpu;
         if !gpu.settled() || !gpu.failures_known() {
             return Taints::Uncovered;
@@ -183,17 +177,20 @@ impl NodePublisher {
         for gpu in &plan.unmatched {
             tracing::warn!(gpu = %gpu, driver = %g.dra_driver, "GPU failed, but no device of this node's ResourceSlices is it: no device taint (the Node taint stands in)");
         }
-        match plan.unmatched.is_empty() {
-            true => Taints::Covered,
-            false => Taints::Uncovered,
+        if plan.unmatched.is_empty() {
+            Taints::Covered
+        } else {
+            Taints::Uncovered
         }
     }
 
-    /// Record a Kubernetes Event about the Node (best-effort).
+    /// Record a Kubernetes Event about the Node (best-effort), its message marked as Vigil's:
+    /// `vigil: <message>`.
     pub(crate) async fn event(&self, reason: &str, message: &str, kind: EventType) {
         let Some(api) = &self.api else { return };
         let node = &self.cfg.node_name;
-        let call = tokio::time::timeout(KUBE_TIMEOUT, api.event(node, reason, message, kind));
+        let message = format!("vigil: {message}");
+        let call = tokio::time::timeout(KUBE_TIMEOUT, api.event(node, reason, &message, kind));
         match call.await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {

@@ -25,13 +25,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
-    ContainerFilter, ContainerState, ContainerStateValue, ContainerStatusRequest,
-    ListContainersRequest, ListPodSandboxRequest, PodSandboxFilter, PodSandboxState,
-    PodSandboxStateValue, PodSandboxStatus, PodSandboxStatusRequest, StopContainerRequest,
-    VersionRequest,
+    Container as CriContainer, ContainerFilter, ContainerState, ContainerStateValue,
+    ContainerStatusRequest, ListContainersRequest, ListPodSandboxRequest, PodSandboxFilter,
+    PodSandboxState, PodSandboxStateValue, PodSandboxStatus, PodSandboxStatusRequest,
+    StopContainerRequest, VersionRequest,
 };
 use tonic::transport::Channel;
+use tonic::Status;
 
+use super::cri_remediation::Remedies;
 use super::cri_sandbox::{addresses_the_pod, Sandbox};
 pub use super::cri_sandbox::{POD_NAME_ID, WORKER_CONTAINER_ANNOTATION};
 use super::{Container, ContainerRuntime, RuntimeError};
@@ -73,14 +75,12 @@ impl CriSettings {
 pub struct CriRuntime {
     s: CriSettings,
     client: RuntimeServiceClient<Channel>,
-    /// The Kubernetes API, for the pods' restartPolicy; `None` when it is off.
-    pods: Option<Arc<dyn PodApi>>,
+    /// How a container is restarted, from its pod and controllers (the Kubernetes API).
+    remedies: Remedies,
     /// The containers' GPUs (the kubelet's PodResources API); `None`: every worker on every GPU.
     devices: Option<Arc<PodResourcesClient>>,
     /// The device source failed last time (its failure is logged once, not every cycle).
     devices_failing: AtomicBool,
-    /// Pods and their owners read lately, for the gang members' entries.
-    reads: super::cri_remediation::Reads,
 }
 
 impl CriRuntime {
@@ -92,11 +92,10 @@ impl CriRuntime {
         let channel = unix_channel(&s.socket, Some(s.call_timeout));
         CriRuntime {
             client: RuntimeServiceClient::new(channel),
+            remedies: Remedies::new(pods, s.allow_pod_replacement),
             s,
-            pods,
             devices: None,
             devices_failing: AtomicBool::new(false),
-            reads: Default::default(),
         }
     }
 
@@ -139,13 +138,7 @@ impl CriRuntime {
 
     /// A gRPC failure of a call bounded by `deadline`: transport problems and `Unavailable` mean
     /// the runtime is unreachable; other statuses are refusals.
-    fn classify(
-        &self,
-        op: &'static str,
-        id: &str,
-        st: tonic::Status,
-        deadline: Duration,
-    ) -> RuntimeError {
+    fn classify(&self, op: &'static str, id: &str, st: Status, deadline: Duration) -> RuntimeError {
         use tonic::Code;
         match st.code() {
             Code::Unavailable => RuntimeError::unreachable(self, st),
@@ -164,10 +157,8 @@ impl CriRuntime {
         let ready = Some(PodSandboxStateValue { state: PodSandboxState::SandboxReady as i32 });
         let filter = Some(PodSandboxFilter { state: ready, ..Default::default() });
         let (req, d) = self.req(ListPodSandboxRequest { filter });
-        let items = within(d, self.client.clone().list_pod_sandbox(req))
-            .await
-            .map_err(|e| self.classify("list", "*", e, d))?
-            .items;
+        let listed = within(d, self.client.clone().list_pod_sandbox(req)).await;
+        let items = listed.map_err(|e| self.classify("list", "*", e, d))?.items;
         let mut out = HashMap::new();
         for p in items {
             let Some(mut sandbox) =
@@ -208,17 +199,11 @@ impl CriRuntime {
         }))
     }
 
-    async fn containers(
-        &self,
-        filter: ContainerFilter,
-    ) -> Result<Vec<k8s_cri::v1::Container>, RuntimeError> {
+    async fn containers(&self, filter: ContainerFilter) -> Result<Vec<CriContainer>, RuntimeError> {
         let id = filter.id.clone();
-        let req = ListContainersRequest { filter: Some(filter) };
-        let (req, d) = self.req(req);
-        Ok(within(d, self.client.clone().list_containers(req))
-            .await
-            .map_err(|e| self.classify("list", &id, e, d))?
-            .containers)
+        let (req, d) = self.req(ListContainersRequest { filter: Some(filter) });
+        let listed = within(d, self.client.clone().list_containers(req)).await;
+        Ok(listed.map_err(|e| self.classify("list", &id, e, d))?.containers)
     }
 
     /// Whether the container is known to have exited (a failed read is not an exit).
@@ -245,10 +230,8 @@ impl CriRuntime {
 
     /// `StopContainer` with `stop_grace` (0: SIGKILL at once).
     async fn stop(&self, target: &Container, stop_grace: Duration) -> Result<(), RuntimeError> {
-        let req = StopContainerRequest {
-            container_id: target.id.clone(),
-            timeout: stop_grace.as_secs().min(i64::MAX as u64) as i64,
-        };
+        let timeout = stop_grace.as_secs().min(i64::MAX as u64) as i64;
+        let req = StopContainerRequest { container_id: target.id.clone(), timeout };
         // NB: the stop takes the whole grace for a worker that ignores SIGTERM (then SIGKILL):
         // its deadline is the grace plus a call's time (at least `STOP_MARGIN`), never the call
         // deadline alone (the caller bounds the whole restart by `runtime.restart_timeout`).
@@ -278,11 +261,11 @@ fn request<T>(msg: T, deadline: Duration) -> tonic::Request<T> {
 /// accepts and never answers must not hold the agent.
 async fn within<T>(
     deadline: Duration,
-    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-) -> Result<T, tonic::Status> {
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, Status>>,
+) -> Result<T, Status> {
     match tokio::time::timeout(deadline, call).await {
         Ok(r) => r.map(tonic::Response::into_inner),
-        Err(_) => Err(tonic::Status::deadline_exceeded(format!(
+        Err(_) => Err(Status::deadline_exceeded(format!(
             "no answer within {}",
             humantime::format_duration(deadline)
         ))),
@@ -332,9 +315,7 @@ impl ContainerRuntime for CriRuntime {
         }
         let mut out = Vec::new();
         for c in self.containers(running_in("")).await? {
-            let Some(sb) = sandboxes.get(&c.pod_sandbox_id) else {
-                continue;
-            };
+            let Some(sb) = sandboxes.get(&c.pod_sandbox_id) else { continue };
             let name = c.metadata.as_ref().map(|m| m.name.as_str()).unwrap_or("");
             if sb.selects(name) {
                 out.push(sb.container(&c, &c.pod_sandbox_id));
@@ -347,12 +328,8 @@ impl ContainerRuntime for CriRuntime {
 
     async fn inspect(&self, id: &str) -> Result<Option<Container>, RuntimeError> {
         let filter = ContainerFilter { id: id.to_string(), ..Default::default() };
-        let Some(c) = self.containers(filter).await?.into_iter().next() else {
-            return Ok(None);
-        };
-        let Some(sb) = self.sandbox(&c.pod_sandbox_id).await? else {
-            return Ok(None);
-        };
+        let Some(c) = self.containers(filter).await?.into_iter().next() else { return Ok(None) };
+        let Some(sb) = self.sandbox(&c.pod_sandbox_id).await? else { return Ok(None) };
         let mut out = sb.container(&c, &c.pod_sandbox_id);
         self.fill_gpus(std::slice::from_mut(&mut out)).await;
         Ok(Some(out))
@@ -378,8 +355,7 @@ impl ContainerRuntime for CriRuntime {
     }
 
     async fn remediation(&self, c: &Container, stops: Stops) -> Remediation {
-        let (pods, allow) = (self.pods.as_deref(), self.s.allow_pod_replacement);
-        super::cri_remediation::of(pods, &self.reads, allow, c, stops).await
+        self.remedies.of(c, stops).await
     }
 
     /// `StopContainer` with `grace` (0: SIGKILL, exit 137): the worker, then with `whole_pod`
@@ -391,9 +367,7 @@ impl ContainerRuntime for CriRuntime {
         whole_pod: bool,
     ) -> Result<(), RuntimeError> {
         self.stop(target, grace).await?;
-        let Some(p) = target.pod.as_ref().filter(|_| whole_pod) else {
-            return Ok(());
-        };
+        let Some(p) = target.pod.as_ref().filter(|_| whole_pod) else { return Ok(()) };
         // NB: every one is asked, whatever one answers: a container left running keeps a
         // `Never` pod from failing, and its controller from replacing it.
         let mut first_error = None;
@@ -420,21 +394,14 @@ impl ContainerRuntime for CriRuntime {
 
     /// The running attempt of the same pod and container name, if a newer one than `c` runs.
     async fn successor(&self, c: &Container) -> Result<Option<Container>, RuntimeError> {
-        let Some(p) = &c.pod else {
-            return self.inspect(&c.id).await;
-        };
-        let newest = self
-            .containers(running_in(&p.sandbox))
-            .await?
-            .into_iter()
-            .filter(|x| {
-                x.metadata.as_ref().is_some_and(|m| m.name == p.container && m.attempt >= p.attempt)
-            })
-            .max_by_key(|x| x.metadata.as_ref().map(|m| m.attempt));
+        let Some(p) = &c.pod else { return self.inspect(&c.id).await };
+        let running = self.containers(running_in(&p.sandbox)).await?;
+        let attempts = running.into_iter().filter(|x| {
+            x.metadata.as_ref().is_some_and(|m| m.name == p.container && m.attempt >= p.attempt)
+        });
+        let newest = attempts.max_by_key(|x| x.metadata.as_ref().map(|m| m.attempt));
         let Some(x) = newest else { return Ok(None) };
-        let Some(sb) = self.sandbox(&p.sandbox).await? else {
-            return Ok(None);
-        };
+        let Some(sb) = self.sandbox(&p.sandbox).await? else { return Ok(None) };
         let mut next = sb.container(&x, &p.sandbox);
         // NB: the same container of the same pod keeps its devices across attempts (kubelet
         // allocates them per pod); this is polled during a restart, so the kubelet is not asked.
@@ -464,12 +431,9 @@ impl ContainerRuntime for CriRuntime {
     }
 
     async fn ping(&self) -> Result<(), RuntimeError> {
-        let req = VersionRequest { version: "v1".into() };
-        let (req, d) = self.req(req);
-        within(d, self.client.clone().version(req))
-            .await
-            .map(drop)
-            .map_err(|e| self.classify("ping", "-", e, d))
+        let (req, d) = self.req(VersionRequest { version: "v1".into() });
+        let answer = within(d, self.client.clone().version(req)).await;
+        answer.map(drop).map_err(|e| self.classify("ping", "-", e, d))
     }
 }
 

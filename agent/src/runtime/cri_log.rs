@@ -54,9 +54,8 @@ pub(crate) fn tail(text: &str, lines: usize) -> String {
         }
     }
     // A partial line at the end of the file is the last thing the worker wrote: keep it.
-    for (i, (time, message)) in pending.into_iter().enumerate() {
+    for ((time, message), stream) in pending.into_iter().zip(["stdout", "stderr"]) {
         if !time.is_empty() {
-            let stream = if i == 0 { "stdout" } else { "stderr" };
             out.push(format!("{time} {stream} {message}"));
         }
     }

@@ -3,7 +3,7 @@
 //! `runtime.allow_pod_replacement` where the answer is a refusal it covers.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -19,96 +19,95 @@ use crate::vocab::workload::{remediation, replaceable_on_request, Remediation, S
 /// fresh.
 const ENTRY_READ_TTL: Duration = Duration::from_secs(60);
 
-/// Pods read for the members' entries, by `namespace/pod/container`.
-#[derive(Default)]
-pub(super) struct Reads(Mutex<HashMap<String, (Instant, Workload)>>);
+/// What the CRI runtime's answer for a container rests on: the Kubernetes API its pod and
+/// controllers are read on, the operator's override, and the pods read lately.
+pub(super) struct Remedies {
+    /// The Kubernetes API, for the pods and their controllers; `None` when it is off.
+    pods: Option<Arc<dyn PodApi>>,
+    /// `runtime.allow_pod_replacement`.
+    allow: bool,
+    /// Pods read for the members' entries, by `namespace/pod/uid/container`.
+    reads: Mutex<HashMap<String, (Instant, Workload)>>,
+}
 
-impl Reads {
-    /// The pod and its owners, read on `api` (none: the API is off, an error): from a read
+impl Remedies {
+    /// The answers on `pods` (none: the API is off), `allow` the operator's override.
+    pub(super) fn new(pods: Option<Arc<dyn PodApi>>, allow: bool) -> Self {
+        Remedies { pods, allow, reads: Mutex::default() }
+    }
+
+    /// The pod and its owners, read on the API (none: the API is off, an error): from a read
     /// younger than [`ENTRY_READ_TTL`] for an entry, fresh (and kept) otherwise. Errors are
     /// never kept. Kept by the sandbox's pod uid too: a pod created again under its name is
     /// read afresh.
-    async fn workload(
-        &self,
-        api: Option<&dyn PodApi>,
-        p: &PodRef,
-        stops: Stops,
-    ) -> Result<Option<Workload>, PodError> {
-        let Some(api) = api else { return Err(PodError::Unsupported("the Kubernetes API is off")) };
+    async fn workload(&self, p: &PodRef, stops: Stops) -> Result<Option<Workload>, PodError> {
+        let api = self.pods.as_deref().ok_or(PodError::Unsupported("the Kubernetes API is off"))?;
         let key = format!("{}/{}/{}/{}", p.pod.namespace, p.pod.name, p.pod.uid, p.container);
         if stops == Stops::EveryPod {
-            let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            let kept = self.reads.lock().unwrap_or_else(|e| e.into_inner());
             if let Some((_, w)) = kept.get(&key).filter(|(at, _)| at.elapsed() < ENTRY_READ_TTL) {
                 return Ok(Some(w.clone()));
             }
         }
         let read = api.workload(&p.pod.namespace, &p.pod.name, &p.container).await?;
-        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut kept = self.reads.lock().unwrap_or_else(|e| e.into_inner());
         kept.retain(|_, (at, _)| at.elapsed() < ENTRY_READ_TTL);
         if let Some(w) = &read {
             kept.insert(key, (Instant::now(), w.clone()));
         }
         Ok(read)
     }
-}
 
-/// The answer for `c`, stopping `stops` of its Job's pods; `pods` the API (none: off), `allow`
-/// `runtime.allow_pod_replacement`, `reads` the pods read lately.
-pub(super) async fn of(
-    pods: Option<&dyn PodApi>,
-    reads: &Reads,
-    allow: bool,
-    c: &Container,
-    stops: Stops,
-) -> Remediation {
-    let Some(p) = &c.pod else {
-        return Remediation::IN_PLACE;
-    };
-    let (pod, uid) = (format!("{}/{}", p.pod.namespace, p.pod.name), &p.pod.uid);
-    let read = reads.workload(pods, p, stops).await;
-    // NB: the operator's override covers what it always covered — a pod that a stop ends
-    // with nothing to bring it back (failed: nothing awaited), or whose controllers cannot
-    // be read with the API off (stopped as ever, its next attempt awaited) — never a stop the
-    // table found would fail a Job (no Job: nothing counts it), nor a pod whose read failed on
-    // an API that is on (429, 500, a timeout, a missing rule): the next cycle reads again,
-    // where a stop on a guess could spend a Job's backoffLimit unseen — and whether a Job owns
-    // the pod is the read's to say (a Job with `manualSelector` labels its pods with neither
-    // job label).
-    match read {
-        // NB: the pod of that name in the API is another incarnation (deleted and created
-        // again: a LeaderWorkerSet's group, a StatefulSet's pod) while this container is the
-        // old one's: the answer would be the new pod's controllers', for a container they
-        // no longer own.
-        Ok(Some(w)) if w.uid.as_ref().is_some_and(|u| !uid.is_empty() && u != uid) => {
-            Remediation::Refuse(format!(
-                "pod {pod} in the API (uid {}) is not this container's pod (uid {}): it was created again under its name, and this container is the old pod's, its kubelet's to end",
-                w.uid.as_deref().unwrap_or_default(),
-                uid
-            ))
-        }
-        Ok(Some(w)) => match remediation(&w, stops) {
-            Remediation::Refuse(_) if allow && replaceable_on_request(&w) => Remediation::Replace {
+    /// The answer for `c`, stopping `stops` of its Job's pods.
+    pub(super) async fn of(&self, c: &Container, stops: Stops) -> Remediation {
+        let Some(p) = &c.pod else { return Remediation::IN_PLACE };
+        let (pod, uid) = (format!("{}/{}", p.pod.namespace, p.pod.name), &p.pod.uid);
+        let read = self.workload(p, stops).await;
+        // NB: the operator's override covers what it always covered — a pod that a stop ends
+        // with nothing to bring it back (failed: nothing awaited), or whose controllers cannot
+        // be read with the API off (stopped as ever, its next attempt awaited) — never a stop
+        // the table found would fail a Job (no Job: nothing counts it), nor a pod whose read
+        // failed on an API that is on (429, 500, a timeout, a missing rule): the next cycle
+        // reads again, where a stop on a guess could spend a Job's backoffLimit unseen — and
+        // whether a Job owns the pod is the read's to say (a Job with `manualSelector` labels
+        // its pods with neither job label).
+        match read {
+            // NB: the pod of that name in the API is another incarnation (deleted and created
+            // again: a LeaderWorkerSet's group, a StatefulSet's pod) while this container is the
+            // old one's: the answer would be the new pod's controllers', for a container they
+            // no longer own.
+            Ok(Some(w)) if w.uid.as_ref().is_some_and(|u| !uid.is_empty() && u != uid) => {
+                Remediation::Refuse(format!(
+                    "pod {pod} in the API (uid {}) is not this container's pod (uid {}): it was created again under its name, and this container is the old pod's, its kubelet's to end",
+                    w.uid.as_deref().unwrap_or_default(),
+                    uid
+                ))
+            }
+            Ok(Some(w)) => match remediation(&w, stops) {
+                Remediation::Refuse(_) if self.allow && replaceable_on_request(&w) => {
+                    let how = format!(
+                        "runtime.allow_pod_replacement: pod {pod} is failed, and what follows is its controller's"
+                    );
+                    Remediation::Replace { how }
+                }
+                r => r,
+            },
+            Ok(None) => Remediation::Refuse(format!("pod {pod} is gone from the API")),
+            // NB: a Job's pod is stopped by SIGKILL: a worker that exits 0 on SIGTERM would
+            // read to its Job as a completed index.
+            Err(e) if self.allow && self.pods.is_none() => Remediation::InPlace {
+                kill: p.job,
                 how: format!(
-                    "runtime.allow_pod_replacement: pod {pod} is failed, and what follows is its controller's"
+                    "runtime.allow_pod_replacement: stopped although how pod {pod}'s controllers restart it is unknown ({e})"
                 ),
             },
-            r => r,
-        },
-        Ok(None) => Remediation::Refuse(format!("pod {pod} is gone from the API")),
-        // NB: a Job's pod is stopped by SIGKILL: a worker that exits 0 on SIGTERM would
-        // read to its Job as a completed index.
-        Err(e) if allow && pods.is_none() => Remediation::InPlace {
-            kill: p.job,
-            how: format!(
-                "runtime.allow_pod_replacement: stopped although how pod {pod}'s controllers restart it is unknown ({e})"
-            ),
-        },
-        Err(e) if allow => Remediation::Refuse(format!(
-            "how pod {pod}'s controllers restart it is unknown ({e}): refused until a read answers, since a stop on a guess could end the pod or spend a Job's backoffLimit unseen (runtime.allow_pod_replacement covers a pod only with the Kubernetes API off)"
-        )),
-        Err(e) => Remediation::Refuse(format!(
-            "how pod {pod}'s controllers restart it is unknown ({e}): a stop could end the pod or fail its job; enable kubernetes.enabled (with the RBAC of deploy/base/rbac.yaml), or set runtime.allow_pod_replacement = true"
-        )),
+            Err(e) if self.allow => Remediation::Refuse(format!(
+                "how pod {pod}'s controllers restart it is unknown ({e}): refused until a read answers, since a stop on a guess could end the pod or spend a Job's backoffLimit unseen (runtime.allow_pod_replacement covers a pod only with the Kubernetes API off)"
+            )),
+            Err(e) => Remediation::Refuse(format!(
+                "how pod {pod}'s controllers restart it is unknown ({e}): a stop could end the pod or fail its job; enable kubernetes.enabled (with the RBAC of deploy/base/rbac.yaml), or set runtime.allow_pod_replacement = true"
+            )),
+        }
     }
 }
 
@@ -150,8 +149,8 @@ mod tests {
     #[tokio::test]
     async fn allow_pod_replacement_overrides_row_11_only() {
         let answer = |w: Workload| async move {
-            let api = Serving(w);
-            of(Some(&api), &Reads::default(), true, &container(false), Stops::One).await
+            let api = Remedies::new(Some(Arc::new(Serving(w))), true);
+            api.of(&container(false), Stops::One).await
         };
         let never = Workload::bare("ml/train-0", "trainer", RestartPolicy::Never);
         assert!(matches!(answer(never.clone()).await, Remediation::Replace { .. }));
@@ -183,8 +182,8 @@ mod tests {
             let mut w = Workload::bare("ml/train-0", "trainer", RestartPolicy::Always);
             w.uid = uid.map(str::to_string);
             async move {
-                let api = Serving(w);
-                of(Some(&api), &Reads::default(), true, &container(false), Stops::One).await
+                let api = Remedies::new(Some(Arc::new(Serving(w))), true);
+                api.of(&container(false), Stops::One).await
             }
         };
         let other = answer(Some("u-2")).await;
@@ -199,8 +198,8 @@ mod tests {
         // Before the operator's override: a Never pod of another uid is refused, not failed.
         let mut never = Workload::bare("ml/train-0", "trainer", RestartPolicy::Never);
         never.uid = Some("u-2".into());
-        let api = Serving(never);
-        let r = of(Some(&api), &Reads::default(), true, &container(false), Stops::One).await;
+        let api = Remedies::new(Some(Arc::new(Serving(never))), true);
+        let r = api.of(&container(false), Stops::One).await;
         assert!(matches!(&r, Remediation::Refuse(w) if w.contains("uid u-2")), "{r:?}");
     }
 
@@ -208,18 +207,19 @@ mod tests {
     /// (a new sandbox) is read afresh, never answered by the old pod's kept read.
     #[tokio::test]
     async fn a_kept_read_is_the_sandbox_s_pod_s_alone() {
-        let reads = Reads::default();
-        let serving = |uid: &str| {
+        let serving = |uid: &str| -> Option<Arc<dyn PodApi>> {
             let mut w = Workload::bare("ml/train-0", "trainer", RestartPolicy::Always);
             w.uid = Some(uid.into());
-            Serving(w)
+            Some(Arc::new(Serving(w)))
         };
+        let mut api = Remedies::new(serving("u"), false);
         let old = container(false);
-        let r = of(Some(&serving("u")), &reads, false, &old, Stops::EveryPod).await;
+        let r = api.of(&old, Stops::EveryPod).await;
         assert!(matches!(r, Remediation::InPlace { .. }), "{r:?}");
         let mut new = old.clone();
         new.pod.as_mut().unwrap().pod.uid = "u-2".into();
-        let r = of(Some(&serving("u-2")), &reads, false, &new, Stops::EveryPod).await;
+        api.pods = serving("u-2");
+        let r = api.of(&new, Stops::EveryPod).await;
         assert!(matches!(r, Remediation::InPlace { .. }), "read afresh, not the old pod's: {r:?}");
     }
 
@@ -232,21 +232,24 @@ mod tests {
     /// by its labels or not (a `manualSelector` Job's pods carry neither job label).
     #[tokio::test]
     async fn a_job_s_pod_is_not_stopped_on_a_guess_while_the_api_fails() {
-        let reads = Reads::default();
-        let failing: &dyn PodApi = &Failing;
-        let job = of(Some(failing), &reads, true, &container(true), Stops::One).await;
+        let failing = Remedies::new(Some(Arc::new(Failing)), true);
+        let job = failing.of(&container(true), Stops::One).await;
         assert!(
             matches!(&job, Remediation::Refuse(w) if w.contains("500") && w.contains("backoffLimit")),
             "{job:?}"
         );
-        let unlabelled = of(Some(failing), &reads, true, &container(false), Stops::One).await;
+        let unlabelled = failing.of(&container(false), Stops::One).await;
         assert!(
             matches!(&unlabelled, Remediation::Refuse(w) if w.contains("500") && w.contains("until a read answers")),
             "{unlabelled:?}"
         );
-        let bare = of(None, &reads, true, &container(false), Stops::One).await;
+        let off = Remedies::new(None, true);
+        let bare = off.of(&container(false), Stops::One).await;
         assert!(matches!(bare, Remediation::InPlace { kill: false, .. }), "the API off: {bare:?}");
-        let off = of(None, &reads, true, &container(true), Stops::One).await;
-        assert!(matches!(off, Remediation::InPlace { kill: true, .. }), "the API off: {off:?}");
+        let off_job = off.of(&container(true), Stops::One).await;
+        assert!(
+            matches!(off_job, Remediation::InPlace { kill: true, .. }),
+            "the API off: {off_job:?}"
+        );
     }
 }

@@ -116,9 +116,7 @@ pub(super) fn addresses_the_pod(method: &str) -> bool {
 
 /// `method` with the host `pod` replaced by `ip` (127.0.0.1 when the pod has none).
 pub(super) fn at_pod_ip(method: &str, ip: &str) -> String {
-    let Ok(mut url) = reqwest::Url::parse(method) else {
-        return method.to_string();
-    };
+    let Ok(mut url) = reqwest::Url::parse(method) else { return method.to_string() };
     let host = match ip {
         "" => "127.0.0.1".to_string(),
         v6 if v6.contains(':') => format!("[{v6}]"),

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bollard::models::ContainerInspectResponse as Inspection;
 use bollard::query_parameters::{
     EventsOptions, InspectContainerOptions, KillContainerOptions, ListContainersOptions,
     LogsOptions, RestartContainerOptions,
@@ -118,16 +119,12 @@ impl DockerRuntime {
     /// containers' events cost an epoch bump). A daemon that keeps no events (Podman with
     /// `events_logger = "none"`) ends the stream at once, so nothing cached is trusted.
     fn follow_events(&self) {
-        let Ok(mut slot) = self.events.lock() else {
-            return;
-        };
+        let Ok(mut slot) = self.events.lock() else { return };
         if slot.as_ref().is_some_and(|t| !t.is_finished()) {
             return;
         }
         // NB: its own client: the calls' 10 s deadline would cut a stream that lives for days.
-        let Ok(docker) = Docker::connect_with_host(&self.host) else {
-            return;
-        };
+        let Ok(docker) = Docker::connect_with_host(&self.host) else { return };
         let docker = docker.with_timeout(Duration::from_secs(24 * 3600));
         let since = (jiff::Timestamp::now().as_second() - 1).to_string();
         let mut filters = HashMap::new();
@@ -173,10 +170,7 @@ impl DockerRuntime {
     }
 
     /// The daemon's inspect of container `id`; `None` when it does not exist.
-    async fn inspect_raw(
-        &self,
-        id: &str,
-    ) -> Result<Option<bollard::models::ContainerInspectResponse>, RuntimeError> {
+    async fn inspect_raw(&self, id: &str) -> Result<Option<Inspection>, RuntimeError> {
         let c = self.client().await?;
         match c.inspect_container(id, None::<InspectContainerOptions>).await {
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
@@ -267,7 +261,10 @@ impl ContainerRuntime for DockerRuntime {
         let Some(worker) = labels.get(&self.label).filter(|w| !w.is_empty()) else {
             return Ok(None);
         };
-        let worker = worker_id(worker, info.name.as_deref());
+        let name = info.name.as_deref().unwrap_or_default().trim_start_matches('/').to_string();
+        // Replicas of one Compose service share their labels: `container-name` makes each its own
+        // worker.
+        let worker = if worker == CONTAINER_NAME_ID { name.clone() } else { worker.clone() };
         let state = info.state.as_ref();
         let paused = state.and_then(|s| s.paused).unwrap_or(false);
         let kube_pod = kube_pod(&labels);
@@ -276,7 +273,7 @@ impl ContainerRuntime for DockerRuntime {
         let gang = gang_of_pod(ns, &labels, &HashMap::new(), &self.label);
         Ok(Some(Container {
             id: info.id.clone().unwrap_or_else(|| id.to_string()),
-            name: info.name.clone().unwrap_or_default().trim_start_matches('/').to_string(),
+            name,
             worker,
             started_at: state.and_then(|s| s.started_at.clone()).unwrap_or_default(),
             // NB: Docker says a paused container is running; for Vigil it is not (it must not be
@@ -294,12 +291,8 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
         let c = self.client().await?;
-        let opts = LogsOptions {
-            stdout: true,
-            stderr: true,
-            tail: lines.to_string(),
-            ..Default::default()
-        };
+        let tail = lines.to_string();
+        let opts = LogsOptions { stdout: true, stderr: true, tail, ..Default::default() };
         let mut stream = c.logs(id, Some(opts));
         let mut out = String::new();
         while let Some(item) = stream.next().await {
@@ -312,10 +305,8 @@ impl ContainerRuntime for DockerRuntime {
     async fn restart(&self, target: &Container, stop_grace: Duration) -> Result<(), RuntimeError> {
         let id = target.id.as_str();
         let c = self.client().await?.with_timeout(self.timeout);
-        let opts = RestartContainerOptions {
-            t: Some(stop_grace.as_secs().min(i32::MAX as u64) as i32),
-            ..Default::default()
-        };
+        let secs = stop_grace.as_secs().min(i32::MAX as u64) as i32;
+        let opts = RestartContainerOptions { t: Some(secs), ..Default::default() };
         self.classify("restart", id, c.restart_container(id, Some(opts)).await).await
     }
 
@@ -350,18 +341,8 @@ fn kube_pod(labels: &HashMap<String, String>) -> Option<PodIdentity> {
     })
 }
 
-/// The worker id of a labelled container. Replicas of one Compose service share their labels:
-/// `container-name` makes each its own worker.
-fn worker_id(label: &str, name: Option<&str>) -> String {
-    if label == CONTAINER_NAME_ID {
-        name.unwrap_or_default().trim_start_matches('/').to_string()
-    } else {
-        label.to_string()
-    }
-}
-
 /// The GPUs a container was given: its device requests' ids, or its `NVIDIA_VISIBLE_DEVICES`.
-fn gpus_of(info: &bollard::models::ContainerInspectResponse) -> Option<Vec<String>> {
+fn gpus_of(info: &Inspection) -> Option<Vec<String>> {
     let ids: Option<Vec<String>> =
         info.host_config.as_ref().and_then(|h| h.device_requests.as_ref()).map(|reqs| {
             reqs.iter().flat_map(|r| r.device_ids.clone().unwrap_or_default()).collect()

@@ -252,11 +252,8 @@ impl ContainerRuntime for FakeRuntime {
         *s.restarts.entry(id.to_string()).or_default() += 1;
         if s.lose_restart_replies > 0 {
             s.lose_restart_replies -= 1;
-            return Err(RuntimeError::Timeout {
-                op: "restart",
-                container: id.into(),
-                timeout: Duration::from_secs(90),
-            });
+            let timeout = Duration::from_secs(90);
+            return Err(RuntimeError::Timeout { op: "restart", container: id.into(), timeout });
         }
         Ok(())
     }

@@ -181,17 +181,16 @@ impl Trail {
         detail: String,
         incident: Option<&str>,
     ) -> Result<(), CoordError> {
-        let decision_name = decision.as_str();
         tracing::info!(
             node = %self.keys.node(),
             worker,
             verdict,
-            decision = decision_name,
+            decision = decision.as_str(),
             incident,
             dry_run = self.dry_run,
             "{detail}"
         );
-        self.metrics.decisions.decision(decision_name);
+        self.metrics.decisions.decision(decision.as_str());
         let (agent, dry_run) = (&self.instance, self.dry_run);
         let d = Decision { at, worker, verdict, decision, detail, incident, agent, dry_run };
         self.coord.append(&self.keys.trail(), &d.fields(), self.max_len).await

@@ -92,11 +92,9 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, Str
 type Rule<'a> = (&'a Option<String>, String, fn(&str) -> bool);
 
 /// The body's rank and ranks, once every field that must be a number or a gang id is one.
-fn checked_numbers(
-    parsed: &StatusBody,
-) -> Result<(Option<u32>, Option<u32>), (StatusCode, String)> {
-    let rank = number(parsed.rank.as_deref(), "rank", 0)?;
-    let ranks = number(parsed.ranks.as_deref(), "ranks", 1)?;
+fn checked_numbers(body: &StatusBody) -> Result<(Option<u32>, Option<u32>), (StatusCode, String)> {
+    let rank = number(body.rank.as_deref(), "rank", 0)?;
+    let ranks = number(body.ranks.as_deref(), "ranks", 1)?;
     match (rank, ranks) {
         (Some(r), Some(n)) if r >= n => {
             return Err(bad(format!("rank {r} is not below ranks {n}")));
@@ -106,16 +104,14 @@ fn checked_numbers(
     }
     // Each field that must be a number or a gang id, the rule it breaks, and its test.
     let rules: [Rule; 4] = [
-        (&parsed.gang, "gang must be 1-253 characters of [A-Za-z0-9._/-]".into(), valid_gang_id),
-        (
-            &parsed.gang_size,
-            format!("gang_size must be a whole number from 1 to {MAX_GANG}"),
-            |n| parse_gang_size(n).is_some(),
-        ),
-        (&parsed.checkpoint_step, "checkpoint_step must be a whole number (a step)".into(), |n| {
+        (&body.gang, "gang must be 1-253 characters of [A-Za-z0-9._/-]".into(), valid_gang_id),
+        (&body.gang_size, format!("gang_size must be a whole number from 1 to {MAX_GANG}"), |n| {
+            parse_gang_size(n).is_some()
+        }),
+        (&body.checkpoint_step, "checkpoint_step must be a whole number (a step)".into(), |n| {
             n.trim().parse::<u64>().is_ok()
         }),
-        (&parsed.compute_ms, "compute_ms must be whole milliseconds, at most a day".into(), |n| {
+        (&body.compute_ms, "compute_ms must be whole milliseconds, at most a day".into(), |n| {
             parse_compute(n).is_some()
         }),
     ];

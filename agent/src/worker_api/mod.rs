@@ -16,6 +16,7 @@ pub(crate) mod token_review;
 
 pub(crate) use body::{status_fields, StatusWrite};
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::put;
 use axum::{Extension, Router};
+use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerAuth;
@@ -92,14 +94,6 @@ pub(crate) struct WorkerApiState {
     pub(crate) max_grace: Duration,
     /// The reviews a source not known yet may cause, per address and for the node.
     pub(crate) reviews: Arc<std::sync::Mutex<ReviewBudget>>,
-}
-
-impl WorkerApiState {
-    /// The review budget of a new server: [`review_budget::PER_PEER`] and
-    /// [`review_budget::PER_NODE`].
-    pub(crate) fn review_budget() -> Arc<std::sync::Mutex<ReviewBudget>> {
-        Arc::new(std::sync::Mutex::new(ReviewBudget::new(PER_PEER, PER_NODE)))
-    }
 }
 
 pub(crate) fn router(state: WorkerApiState) -> Router {
@@ -176,8 +170,8 @@ async fn status(
     body: Body,
 ) -> Response {
     let answer = match method {
-        Method::PUT | Method::POST => write(&s, &peer, &id, &headers, body).await,
-        _ => read(&s, &peer, &id, &headers).await,
+        Method::PUT | Method::POST => s.answer_write(&peer, &id, &headers, body).await,
+        _ => s.answer_read(&peer, &id, &headers).await,
     };
     let answer = answer.unwrap_or_else(|refused| refused);
     let listener = match peer {
@@ -193,73 +187,200 @@ async fn status(
     answer.into_response()
 }
 
-/// Authenticate, authorise, then read and write: nobody unproven gets to send a body. The
-/// answer carries the heartbeat and any checkpoint request still unacknowledged.
-async fn write(
-    s: &WorkerApiState,
-    peer: &Peer,
-    id: &str,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Answer, Answer> {
-    // A declared length past what would ever be drained is refused before any read: nobody
-    // gets to hold a connection for `BODY_READ_TIMEOUT` by announcing gigabytes.
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_DRAIN as u64) {
-        return Err(Answer::too_large());
+impl WorkerApiState {
+    /// The review budget of a new server: [`review_budget::PER_PEER`] and
+    /// [`review_budget::PER_NODE`].
+    pub(crate) fn review_budget() -> Arc<std::sync::Mutex<ReviewBudget>> {
+        Arc::new(std::sync::Mutex::new(ReviewBudget::new(PER_PEER, PER_NODE)))
     }
-    let carrier = admit(s, peer, id, headers).await?;
-    let body = read_status_body(body).await?;
-    let write = status_fields(&body).map_err(|(code, why)| Answer::invalid(code, why))?;
-    let membership = carrier.as_ref().map(|c| written_membership(c, &write));
-    if let Some(why) = membership.as_ref().and_then(|m| m.unusable.clone()) {
-        return Err(Answer::invalid(StatusCode::BAD_REQUEST, why));
-    }
-    let heartbeat = rank_field("heartbeat", write.rank);
-    let now = write_status_as(s.coord.as_ref(), &s.keys, id, &write.fields, &heartbeat)
-        .await
-        .map_err(|e| Answer::unavailable(e.to_string()))?;
-    // NB: best effort: the beat is stored; a failed read only leaves the request for the next.
-    let record = s.coord.hgetall(&s.keys.status(id)).await.unwrap_or_default();
-    let mut answer = pending_checkpoint(&record, write.rank);
-    answer.insert("heartbeat_ms".into(), serde_json::Value::from(now));
-    let mut warnings: Vec<String> = grace_warning(&write.fields, s.max_grace).into_iter().collect();
-    if let Some(m) = membership {
-        if let Some(g) = &m.gang {
-            answer.insert("gang".into(), serde_json::Value::from(g.id.clone()));
-        }
-        warnings.extend(m.notes);
-    }
-    if !warnings.is_empty() {
-        answer.insert("warnings".into(), serde_json::json!(warnings));
-    }
-    Ok(Answer::ok("accepted", serde_json::Value::Object(answer).to_string()))
-}
 
-async fn read(
-    s: &WorkerApiState,
-    peer: &Peer,
-    id: &str,
-    headers: &HeaderMap,
-) -> Result<Answer, Answer> {
-    admit(s, peer, id, headers).await?;
-    let record = s
-        .coord
-        .hgetall(&s.keys.status(id))
-        .await
-        .map_err(|e| Answer::unavailable(e.to_string()))?;
-    let fields = record.into_iter().map(|(k, v)| (k, v.into()));
-    Ok(Answer::ok("read", serde_json::Value::Object(fields.collect()).to_string()))
+    /// Authenticate, authorise, then read and write: nobody unproven gets to send a body. The
+    /// answer carries the heartbeat and any checkpoint request still unacknowledged.
+    async fn answer_write(
+        &self,
+        peer: &Peer,
+        id: &str,
+        headers: &HeaderMap,
+        body: Body,
+    ) -> Result<Answer, Answer> {
+        // A declared length past what would ever be drained is refused before any read: nobody
+        // gets to hold a connection for `BODY_READ_TIMEOUT` by announcing gigabytes.
+        let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok());
+        if declared.and_then(|v| v.parse::<u64>().ok()).is_some_and(|n| n > MAX_DRAIN as u64) {
+            return Err(Answer::too_large());
+        }
+        let carrier = self.admit(peer, id, headers).await?;
+        let body = read_status_body(body).await?;
+        let write = status_fields(&body).map_err(|(code, why)| Answer::invalid(code, why))?;
+        let membership = carrier.as_ref().map(|c| written_membership(c, &write));
+        if let Some(why) = membership.as_ref().and_then(|m| m.unusable.clone()) {
+            return Err(Answer::invalid(StatusCode::BAD_REQUEST, why));
+        }
+        let heartbeat = rank_field("heartbeat", write.rank);
+        let now = write_status_as(self.coord.as_ref(), &self.keys, id, &write.fields, &heartbeat)
+            .await
+            .map_err(|e| Answer::unavailable(e.to_string()))?;
+        // NB: best effort: the beat is stored; a failed read only leaves the request for the next.
+        let record = self.coord.hgetall(&self.keys.status(id)).await.unwrap_or_default();
+        let mut answer = pending_checkpoint(&record, write.rank);
+        answer.insert("heartbeat_ms".into(), Value::from(now));
+        let mut warnings: Vec<String> =
+            grace_warning(&write.fields, self.max_grace).into_iter().collect();
+        if let Some(m) = membership {
+            if let Some(g) = &m.gang {
+                answer.insert("gang".into(), Value::from(g.id.clone()));
+            }
+            warnings.extend(m.notes);
+        }
+        if !warnings.is_empty() {
+            answer.insert("warnings".into(), serde_json::json!(warnings));
+        }
+        Ok(Answer::ok("accepted", Value::Object(answer).to_string()))
+    }
+
+    async fn answer_read(
+        &self,
+        peer: &Peer,
+        id: &str,
+        headers: &HeaderMap,
+    ) -> Result<Answer, Answer> {
+        self.admit(peer, id, headers).await?;
+        let record = self
+            .coord
+            .hgetall(&self.keys.status(id))
+            .await
+            .map_err(|e| Answer::unavailable(e.to_string()))?;
+        let fields = record.into_iter().map(|(k, v)| (k, v.into()));
+        Ok(Answer::ok("read", Value::Object(fields.collect()).to_string()))
+    }
+
+    /// A valid worker id, and a caller proven to be that worker (or trusted loopback).
+    async fn admit(
+        &self,
+        peer: &Peer,
+        id: &str,
+        headers: &HeaderMap,
+    ) -> Result<Option<Container>, Answer> {
+        if !valid_worker_id(id) {
+            return Err(Answer::invalid(
+                StatusCode::BAD_REQUEST,
+                "worker id must be 1-128 characters of [A-Za-z0-9._-]",
+            ));
+        }
+        let caller = self.authenticate(peer, headers).await?;
+        if caller == Caller::Loopback {
+            return Ok(None);
+        }
+        token_node(&caller, self.keys.node()).map_err(|r| Answer::forbidden(r.0))?;
+        let listed = ask_runtime(self.directory.workers()).await?;
+        let carrier = authorize(&caller, id, self.keys.node(), &listed)
+            .map_err(|r| Answer::forbidden(r.0))?;
+        if let (Caller::Container { cgroup, .. }, Some(c)) = (&caller, carrier) {
+            self.prove_container(cgroup, c).await?;
+        }
+        Ok(carrier.cloned())
+    }
+
+    /// A unix-socket peer whose cgroup is named after `c` is in `c` only when its cgroups are
+    /// those of the runtime's init process for `c`, or below them
+    /// (`crate::worker_api::peer::within`).
+    async fn prove_container(&self, cgroup: &str, c: &Container) -> Result<(), Answer> {
+        let pid = ask_runtime(self.directory.init_pid(&c.id)).await?.ok_or_else(|| {
+            Answer::unavailable(format!(
+                "the container runtime names no process for {}: cannot prove the caller is in it",
+                c.display()
+            ))
+        })?;
+        let init = self.procfs.cgroup_of_pid(pid).map_err(|e| {
+            Answer::unavailable(format!("the init process of {}: {e}", c.display()))
+        })?;
+        if within(cgroup, &init, &c.id) {
+            return Ok(());
+        }
+        Err(Answer::forbidden(format!(
+            "the caller's cgroup is named after {} but is not where the runtime runs it: {}",
+            c.display(),
+            cgroup.lines().next().unwrap_or_default()
+        )))
+    }
+
+    /// Who sent the write, as proven by its listener's means.
+    async fn authenticate(&self, peer: &Peer, headers: &HeaderMap) -> Result<Caller, Answer> {
+        match peer {
+            Peer::Unix { pid, cgroup: Ok(cgroup) } => Ok(match container_of(cgroup) {
+                Some(id) => Caller::Container { id, cgroup: cgroup.clone() },
+                None => Caller::HostProcess { pid: *pid },
+            }),
+            Peer::Unix { cgroup: Err(why), .. } => Err(Answer::unauthenticated(format!(
+                "cannot tell which container is connected: {why}"
+            ))),
+            Peer::Tcp(addr) => match self.tcp_auth {
+                // NB: config validation refuses `none` off loopback; this holds if it ever
+                // did not.
+                WorkerAuth::None if addr.ip().is_loopback() => Ok(Caller::Loopback),
+                WorkerAuth::None => Err(Answer::unauthenticated(
+                    "unauthenticated writes are served on loopback only",
+                )),
+                WorkerAuth::Kubernetes => self.review(addr.ip(), headers).await,
+            },
+        }
+    }
+
+    async fn review(&self, from: std::net::IpAddr, headers: &HeaderMap) -> Result<Caller, Answer> {
+        let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let token = bearer.and_then(|v| v.strip_prefix("Bearer ")).map(str::trim);
+        let Some(token) = token.filter(|t| !t.is_empty()) else {
+            return Err(Answer::unauthenticated(
+                "send the worker's projected ServiceAccount token: Authorization: Bearer <token>",
+            ));
+        };
+        if token.len() > MAX_TOKEN {
+            return Err(Answer::unauthenticated(format!(
+                "the bearer token is {} bytes; a projected ServiceAccount token is at most {MAX_TOKEN}",
+                token.len()
+            )));
+        }
+        let reviewer = self.reviewer.as_ref().ok_or_else(|| {
+            Answer::unavailable("the Kubernetes API is not available to review tokens")
+        })?;
+        // NB: a token the reviewer does not know is charged to its sender's address and to the
+        // node before the API server is asked ([`ReviewBudget`]); a vouched one (a real
+        // worker's re-review once its answer left the cache) never is, so junk never holds it
+        // back.
+        let (reviewed, charged) = match reviewer.standing(token) {
+            Standing::Known(known) => (Ok(known), false),
+            Standing::Vouched => (reviewer.review(token).await, false),
+            Standing::Stranger => {
+                self.budget()
+                    .charge(from, tokio::time::Instant::now())
+                    .map_err(Answer::throttled)?;
+                (reviewer.review(token).await, true)
+            }
+        };
+        let caller = match reviewed {
+            Ok(Reviewed::Pod { pod, node }) => Caller::Pod { pod, node },
+            Ok(Reviewed::Refused(why)) => return Err(Answer::unauthenticated(why)),
+            Ok(Reviewed::NotAPod(why)) => return Err(Answer::forbidden(why)),
+            Err(e) => return Err(Answer::unavailable(e.to_string())),
+        };
+        // Given back for a pod of this node only: a pod's token minted elsewhere is no worker
+        // here.
+        if charged && token_node(&caller, self.keys.node()).is_ok() {
+            self.budget().refund(from);
+        }
+        Ok(caller)
+    }
+
+    fn budget(&self) -> std::sync::MutexGuard<'_, ReviewBudget> {
+        self.reviews.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// The gang the agent will take this write's worker to be a member of (the tenancy rule,
 /// `crate::hang::policy_membership`), when the write names a gang or its pod's labels do.
 fn written_membership(c: &Container, write: &StatusWrite) -> Membership {
     // NB: read as the agent reads the record (`gang_of`), from this write's fields.
-    let fields: std::collections::HashMap<String, String> = write.fields.iter().cloned().collect();
+    let fields: HashMap<String, String> = write.fields.iter().cloned().collect();
     policy_membership::of_container(c, gang_of(&fields).as_ref())
 }
 
@@ -279,48 +400,18 @@ fn grace_warning(fields: &[(String, String)], max_grace: Duration) -> Option<Str
 
 /// The checkpoint request in a record, when it is not acknowledged yet (by this rank, for a
 /// rank's write).
-fn pending_checkpoint(
-    record: &std::collections::HashMap<String, String>,
-    rank: Option<u32>,
-) -> serde_json::Map<String, serde_json::Value> {
+fn pending_checkpoint(record: &HashMap<String, String>, rank: Option<u32>) -> Map<String, Value> {
     let acked = |request: &String| record.get(&rank_field("checkpoint_ack", rank)) == Some(request);
     if record.get("checkpoint_request").is_none_or(|r| r.is_empty() || acked(r)) {
-        return serde_json::Map::new();
+        return Map::new();
     }
     ["checkpoint_request", "checkpoint_reason", "checkpoint_requested_at", "checkpoint_drill"]
         .into_iter()
         .filter_map(|key| {
             let v = record.get(key).filter(|v| !v.is_empty())?;
-            Some((key.to_string(), serde_json::Value::String(v.clone())))
+            Some((key.to_string(), Value::String(v.clone())))
         })
         .collect()
-}
-
-/// A valid worker id, and a caller proven to be that worker (or trusted loopback).
-async fn admit(
-    s: &WorkerApiState,
-    peer: &Peer,
-    id: &str,
-    headers: &HeaderMap,
-) -> Result<Option<Container>, Answer> {
-    if !valid_worker_id(id) {
-        return Err(Answer::invalid(
-            StatusCode::BAD_REQUEST,
-            "worker id must be 1-128 characters of [A-Za-z0-9._-]",
-        ));
-    }
-    let caller = authenticate(s, peer, headers).await?;
-    if caller == Caller::Loopback {
-        return Ok(None);
-    }
-    token_node(&caller, s.keys.node()).map_err(|r| Answer::forbidden(r.0))?;
-    let listed = ask_runtime(s.directory.workers()).await?;
-    let carrier =
-        authorize(&caller, id, s.keys.node(), &listed).map_err(|r| Answer::forbidden(r.0))?;
-    if let (Caller::Container { cgroup, .. }, Some(c)) = (&caller, carrier) {
-        prove_container(s, cgroup, c).await?;
-    }
-    Ok(carrier.cloned())
 }
 
 /// One call to the runtime, bounded by [`LIST_TIMEOUT`]; no answer is a 503.
@@ -333,107 +424,6 @@ async fn ask_runtime<T>(
         .map_err(|e| Answer::unavailable(format!("the container runtime: {e}")))
 }
 
-/// A unix-socket peer whose cgroup is named after `c` is in `c` only when its cgroups are those
-/// of the runtime's init process for `c`, or below them (`crate::worker_api::peer::within`).
-async fn prove_container(s: &WorkerApiState, cgroup: &str, c: &Container) -> Result<(), Answer> {
-    let pid = ask_runtime(s.directory.init_pid(&c.id)).await?.ok_or_else(|| {
-        Answer::unavailable(format!(
-            "the container runtime names no process for {}: cannot prove the caller is in it",
-            c.display()
-        ))
-    })?;
-    let init = s
-        .procfs
-        .cgroup_of_pid(pid)
-        .map_err(|e| Answer::unavailable(format!("the init process of {}: {e}", c.display())))?;
-    if within(cgroup, &init, &c.id) {
-        return Ok(());
-    }
-    Err(Answer::forbidden(format!(
-        "the caller's cgroup is named after {} but is not where the runtime runs it: {}",
-        c.display(),
-        cgroup.lines().next().unwrap_or_default()
-    )))
-}
-
-/// Who sent the write, as proven by its listener's means.
-async fn authenticate(
-    s: &WorkerApiState,
-    peer: &Peer,
-    headers: &HeaderMap,
-) -> Result<Caller, Answer> {
-    match peer {
-        Peer::Unix { pid, cgroup: Ok(cgroup) } => Ok(match container_of(cgroup) {
-            Some(id) => Caller::Container { id, cgroup: cgroup.clone() },
-            None => Caller::HostProcess { pid: *pid },
-        }),
-        Peer::Unix { cgroup: Err(why), .. } => {
-            Err(Answer::unauthenticated(format!("cannot tell which container is connected: {why}")))
-        }
-        Peer::Tcp(addr) => match s.tcp_auth {
-            // NB: config validation refuses `none` off loopback; this holds if it ever did not.
-            WorkerAuth::None if addr.ip().is_loopback() => Ok(Caller::Loopback),
-            WorkerAuth::None => {
-                Err(Answer::unauthenticated("unauthenticated writes are served on loopback only"))
-            }
-            WorkerAuth::Kubernetes => review(s, addr.ip(), headers).await,
-        },
-    }
-}
-
-async fn review(
-    s: &WorkerApiState,
-    from: std::net::IpAddr,
-    headers: &HeaderMap,
-) -> Result<Caller, Answer> {
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
-            Answer::unauthenticated(
-                "send the worker's projected ServiceAccount token: Authorization: Bearer <token>",
-            )
-        })?;
-    if token.len() > MAX_TOKEN {
-        return Err(Answer::unauthenticated(format!(
-            "the bearer token is {} bytes; a projected ServiceAccount token is at most {MAX_TOKEN}",
-            token.len()
-        )));
-    }
-    let reviewer = s.reviewer.as_ref().ok_or_else(|| {
-        Answer::unavailable("the Kubernetes API is not available to review tokens")
-    })?;
-    // NB: a token the reviewer does not know is charged to its sender's address and to the
-    // node before the API server is asked ([`ReviewBudget`]); a vouched one (a real worker's
-    // re-review once its answer left the cache) never is, so junk never holds it back.
-    let (reviewed, charged) = match reviewer.standing(token) {
-        Standing::Known(known) => (Ok(known), false),
-        Standing::Vouched => (reviewer.review(token).await, false),
-        Standing::Stranger => {
-            budget(s).charge(from, tokio::time::Instant::now()).map_err(Answer::throttled)?;
-            (reviewer.review(token).await, true)
-        }
-    };
-    let caller = match reviewed {
-        Ok(Reviewed::Pod { pod, node }) => Caller::Pod { pod, node },
-        Ok(Reviewed::Refused(why)) => return Err(Answer::unauthenticated(why)),
-        Ok(Reviewed::NotAPod(why)) => return Err(Answer::forbidden(why)),
-        Err(e) => return Err(Answer::unavailable(e.to_string())),
-    };
-    // Given back for a pod of this node only: a pod's token minted elsewhere is no worker here.
-    if charged && token_node(&caller, s.keys.node()).is_ok() {
-        budget(s).refund(from);
-    }
-    Ok(caller)
-}
-
-fn budget(s: &WorkerApiState) -> std::sync::MutexGuard<'_, ReviewBudget> {
-    s.reviews.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Reads a status body of at most [`MAX_STATUS_BODY`] bytes, answering 413 (after draining, see
 /// [`MAX_DRAIN`]) when it is bigger and 408 when the client stalls.
 async fn read_status_body(mut body: Body) -> Result<Bytes, Answer> {
@@ -444,9 +434,7 @@ async fn read_status_body(mut body: Body) -> Result<Bytes, Answer> {
         while let Some(frame) = body.frame().await {
             let frame = frame
                 .map_err(|e| Answer::invalid(StatusCode::BAD_REQUEST, format!("body: {e}")))?;
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
+            let Ok(data) = frame.into_data() else { continue };
             seen += data.len();
             if seen <= MAX_STATUS_BODY {
                 kept.extend_from_slice(&data);

@@ -82,11 +82,8 @@ const VOUCHED_FOR: Duration = Duration::from_secs(24 * 3600);
 /// Reads a TokenReview's status for `audience`.
 pub(crate) fn interpret(status: &TokenReviewStatus, audience: &str) -> Reviewed {
     if status.authenticated != Some(true) {
-        let why = status
-            .error
-            .as_deref()
-            .filter(|e| !e.is_empty())
-            .unwrap_or("the API server did not authenticate it");
+        let error = status.error.as_deref().filter(|e| !e.is_empty());
+        let why = error.unwrap_or("the API server did not authenticate it");
         return Reviewed::Refused(format!("token refused: {why}"));
     }
     // NB: an empty `status.audiences` means "valid for the API server's own audience": an
@@ -102,10 +99,8 @@ pub(crate) fn interpret(status: &TokenReviewStatus, audience: &str) -> Reviewed 
     let username = user.username.unwrap_or_default();
     let extra = user.extra.unwrap_or_default();
     let first = |k: &str| extra.get(k).and_then(|v| v.first()).cloned();
-    let namespace = username
-        .strip_prefix("system:serviceaccount:")
-        .and_then(|rest| rest.split(':').next())
-        .map(str::to_string);
+    let account = username.strip_prefix("system:serviceaccount:");
+    let namespace = account.and_then(|rest| rest.split(':').next()).map(str::to_string);
     match (namespace, first(POD_NAME), first(POD_UID)) {
         (Some(namespace), Some(name), Some(uid)) => {
             Reviewed::Pod { pod: PodIdentity { namespace, name, uid }, node: first(NODE_NAME) }
@@ -133,13 +128,9 @@ impl KubeTokenReview {
 impl TokenReviewer for KubeTokenReview {
     async fn review(&self, token: &str) -> Result<Reviewed, ReviewUnavailable> {
         let api: Api<TokenReview> = Api::all(self.client.clone());
-        let ask = TokenReview {
-            spec: TokenReviewSpec {
-                token: Some(token.to_string()),
-                audiences: Some(vec![self.audience.clone()]),
-            },
-            ..TokenReview::default()
-        };
+        let audiences = Some(vec![self.audience.clone()]);
+        let spec = TokenReviewSpec { token: Some(token.to_string()), audiences };
+        let ask = TokenReview { spec, ..TokenReview::default() };
         // Bounded as the pod API's calls are (`PodError::bounded`, `CALL_TIMEOUT`); a 403 names
         // the missing RBAC rule.
         let params = PostParams::default();

@@ -25,27 +25,21 @@ use crate::kube::pods::{NodePod, PodApi, PodError};
 /// (`claim:<claim>/<request>`, named `<driver>/<pool>/<device>`: [`resolve`] finds their GPU). A
 /// pod that has ended holds nothing.
 pub(crate) fn reports_of(pods: &[NodePod]) -> Vec<KubeletReport> {
-    let mut out: Vec<KubeletReport> = pods
-        .iter()
-        .filter(|p| !p.terminal())
-        .flat_map(|p| {
-            p.unhealthy.iter().filter_map(move |d| {
-                let device = if d.resource.starts_with("nvidia.com/") {
-                    gpu_id(&d.device)?
-                } else if d.resource.starts_with("claim:") && dra_id(&d.device).is_some() {
-                    d.device.clone()
-                } else {
-                    return None;
-                };
-                Some(KubeletReport {
-                    device,
-                    pod: p.display(),
-                    container: d.container.clone(),
-                    resource: d.resource.clone(),
-                })
-            })
-        })
-        .collect();
+    let mut out = Vec::new();
+    for p in pods.iter().filter(|p| !p.terminal()) {
+        for d in &p.unhealthy {
+            let device = if d.resource.starts_with("nvidia.com/") {
+                gpu_id(&d.device)
+            } else if d.resource.starts_with("claim:") && dra_id(&d.device).is_some() {
+                Some(d.device.clone())
+            } else {
+                None
+            };
+            let Some(device) = device else { continue };
+            let (container, resource) = (d.container.clone(), d.resource.clone());
+            out.push(KubeletReport { device, pod: p.display(), container, resource });
+        }
+    }
     out.sort();
     out.dedup();
     out

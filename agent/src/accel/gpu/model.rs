@@ -208,25 +208,21 @@ pub(crate) const MAX_BEGUN: usize = 32;
 /// `reboot-node` XID, the driver's recovery action, or the GPU's loss. The samples after it may
 /// look normal (the driver keeps answering for a broken GPU), so only evidence that the GPU was
 /// reset, the driver reloaded or the node rebooted clears it (`crate::accel::gpu::policy`), and it is
-/// kept across agent restarts in `gpu.state_file`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// kept across agent restarts in `gpu.state_file` (`crate::accel::gpu::policy_state`).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Failure {
     /// The most drastic action any cause calls for (a lost GPU: `reboot-node`, as for XID 79).
     pub(crate) action: XidAction,
     /// One line per cause, e.g. `XID 95 (uncontained ECC error)`.
     pub(crate) causes: Vec<String>,
     /// The GPU was lost (absent from NVML): cleared when NVML lists it again.
-    #[serde(default)]
     pub(crate) lost: bool,
     /// Read from the state file: the failure predates this agent process.
-    #[serde(default)]
     pub(crate) kept: bool,
     /// The marks still come from the state file (no sample of this process compared yet): a
     /// counter that went down counts only with persistence mode then.
-    #[serde(skip)]
     pub(crate) marks_from_file: bool,
     /// What the GPU's reset-sensitive readings were: a later reading below them is a reset.
-    #[serde(default)]
     pub(crate) marks: ResetMarks,
 }
 
@@ -339,10 +335,9 @@ impl GpuReport {
 
 /// `GPU 0 (GPU-…)`, or `GPU 0` without a UUID: how reasons, Events and the trail name a GPU.
 pub(crate) fn label(index: u32, uuid: &str) -> String {
-    if uuid.is_empty() {
-        format!("GPU {index}")
-    } else {
-        format!("GPU {index} ({uuid})")
+    match uuid {
+        "" => format!("GPU {index}"),
+        _ => format!("GPU {index} ({uuid})"),
     }
 }
 

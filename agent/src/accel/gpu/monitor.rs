@@ -228,9 +228,7 @@ fn watchdog(
         if st.done || stop.is_cancelled() {
             return;
         }
-        let Some((what, since)) = st.call else {
-            continue;
-        };
+        let Some((what, since)) = st.call else { continue };
         if st.reported || since.elapsed() < deadline {
             continue;
         }
@@ -333,8 +331,7 @@ fn monitor_loop(
     let mut next_sample = Instant::now();
     while !stop.is_cancelled() {
         if Instant::now() >= next_sample {
-            let read = calls.run("reading the GPUs", &v, || probe.sample());
-            match read {
+            match calls.run("reading the GPUs", &v, || probe.sample()) {
                 Ok(s) => {
                     sample_errors.ok("GPUs readable again");
                     samples = s;
@@ -352,8 +349,7 @@ fn monitor_loop(
         v.listen();
         let wait = next_sample.saturating_duration_since(Instant::now()).min(XID_WAIT);
         let started = Instant::now();
-        let waited = calls.run("waiting for XID events", &v, || probe.wait_xids(wait));
-        match waited {
+        match calls.run("waiting for XID events", &v, || probe.wait_xids(wait)) {
             Ok(xids) if xids.is_empty() => {}
             Ok(xids) => {
                 xid_errors.ok("XID events readable again");

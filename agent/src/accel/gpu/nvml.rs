@@ -123,9 +123,7 @@ impl RemapReader {
 
     /// `Ok(None)` where the GPU has no row remapper (pre-Ampere).
     fn read(&self, device: &Device<'_>) -> Result<Option<RemappedRows>, NvmlError> {
-        let Ok(sym) = self.lib.nvmlDeviceGetRemappedRows.as_ref() else {
-            return Ok(None);
-        };
+        let Ok(sym) = self.lib.nvmlDeviceGetRemappedRows.as_ref() else { return Ok(None) };
         let (mut corr, mut unc, mut pending, mut failure) = (0, 0, 0, 0);
         // SAFETY: `device` is a live handle of the same (leaked, never shut down) NVML instance;
         // the four out-pointers are valid, distinct `c_uint`s on this stack frame.
@@ -204,12 +202,8 @@ impl NvmlProbe {
                 "some GPUs do not deliver XID events; their hardware errors show only through samples"
             );
         }
-        Ok(NvmlProbe {
-            nvml,
-            events,
-            xid_gpus,
-            remap: RemapReader::open(library_path.unwrap_or(DEFAULT_LIB)),
-        })
+        let remap = RemapReader::open(library_path.unwrap_or(DEFAULT_LIB));
+        Ok(NvmlProbe { nvml, events, xid_gpus, remap })
     }
 
     /// How many GPUs NVML lists now.
@@ -311,11 +305,8 @@ fn nvlink_errors(index: u32, d: &Device<'_>) -> Option<u64> {
 
 /// The driver's recovery action for `d`, `None` where the driver does not report one.
 fn recovery_action(index: u32, d: &Device<'_>) -> Option<RecoveryAction> {
-    let mut values = field(
-        index,
-        "recovery_action",
-        d.field_values_for(&[FieldId(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)]),
-    )?;
+    let ids = [FieldId(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)];
+    let mut values = field(index, "recovery_action", d.field_values_for(&ids))?;
     let sample = field(index, "recovery_action", values.pop()?)?;
     let value = field(index, "recovery_action", sample.value)?;
     let v = match value {

@@ -25,10 +25,10 @@
 
 use std::collections::BTreeMap;
 
-pub(crate) use crate::accel::gpu::model::label;
 use crate::accel::gpu::model::{
-    chosen, Failure, GpuCleared, GpuHealth, GpuMonitorState, GpuReport, GpuSample, GpuStatus,
-    RecoveryAction, ResetMarks, XidEvent, MAX_BEGUN, MAX_CLEARED, MAX_RECENT_XIDS, MISSING_ROUNDS,
+    chosen, label, Failure, GpuCleared, GpuHealth, GpuMonitorState, GpuReport, GpuSample,
+    GpuStatus, RecoveryAction, ResetMarks, XidEvent, MAX_BEGUN, MAX_CLEARED, MAX_RECENT_XIDS,
+    MISSING_ROUNDS,
 };
 use crate::accel::gpu::policy_episode;
 use crate::accel::gpu::policy_slow;
@@ -112,9 +112,7 @@ fn same(s: &GpuStatus, index: u32, uuid: &str) -> bool {
 
 /// Clear `g`'s failure, recording why.
 pub(crate) fn clear(g: &mut GpuStatus, why: String, cleared: &mut Vec<GpuCleared>) {
-    let Some(f) = g.failure.take() else {
-        return;
-    };
+    let Some(f) = g.failure.take() else { return };
     let seq = cleared.last().map_or(1, |c| c.seq + 1);
     cleared.push(GpuCleared { seq, gpu: label(g.index, &g.uuid), why, causes: all_causes(&f) });
 }
@@ -281,61 +279,55 @@ fn judge(g: &GpuStatus, overrides: &BTreeMap<u64, XidAction>) -> (GpuHealth, Vec
     let who = label(g.index, &g.uuid);
     let mut health = GpuHealth::Healthy;
     let mut reasons = Vec::new();
-    let mut flag = |h: GpuHealth, why: String| {
+    let mut flag = |h: GpuHealth, why: &str| {
         health = health.max(h);
-        reasons.push(why);
+        reasons.push(format!("{who}: {why}"));
     };
     if let Some(f) = &g.failure {
         let kept = if f.kept { " (kept from before the agent restarted)" } else { "" };
         let (causes, advice) = (all_causes(f).join(", "), f.action.advice());
-        flag(GpuHealth::Failed, format!("{who}: {causes}; {advice}{kept}"));
+        flag(GpuHealth::Failed, &format!("{causes}; {advice}{kept}"));
     }
     // Unknown XIDs degrade only during an episode that reached `gpu.xid_threshold`: one odd
     // XID a day ago is not a standing verdict.
-    for e in &g.episodes {
-        if e.counted && action_for(e.xid, overrides).is_none() {
-            flag(
-                GpuHealth::Degraded,
-                format!(
-                    "{who}: XID {} seen {} time(s) recently (not in NVIDIA's table)",
-                    e.xid, e.count
-                ),
-            );
-        }
+    for e in g.episodes.iter().filter(|e| e.counted && action_for(e.xid, overrides).is_none()) {
+        let why =
+            format!("XID {} seen {} time(s) recently (not in NVIDIA's table)", e.xid, e.count);
+        flag(GpuHealth::Degraded, &why);
     }
     // The last sample of a missing GPU is stale: judge only what is being read now.
     if !g.missing {
-        judge_sample(&who, &g.sample, &mut flag);
+        judge_sample(&g.sample, &mut flag);
     }
     (health, reasons)
 }
 
 /// The standing conditions NVML reports for a GPU.
-fn judge_sample(who: &str, s: &GpuSample, flag: &mut impl FnMut(GpuHealth, String)) {
-    if let Some(r) = s.remapped_rows {
-        if r.failure {
-            flag(
-                GpuHealth::Failed,
-                format!("{who}: row remapping failed (no spare rows left); reset the GPU, and replace it if it recurs"),
-            );
-        }
-        if r.pending {
-            flag(
-                GpuHealth::Degraded,
-                format!("{who}: a row remap is pending; the GPU runs on until its next reset: reset it at the next convenient time"),
-            );
-        }
+fn judge_sample(s: &GpuSample, flag: &mut impl FnMut(GpuHealth, &str)) {
+    // No row remapper (pre-Ampere): neither a remap failure nor one pending.
+    let remap = s.remapped_rows.unwrap_or_default();
+    if remap.failure {
+        flag(
+            GpuHealth::Failed,
+            "row remapping failed (no spare rows left); reset the GPU, and replace it if it recurs",
+        );
+    }
+    if remap.pending {
+        flag(
+            GpuHealth::Degraded,
+            "a row remap is pending; the GPU runs on until its next reset: reset it at the next convenient time",
+        );
     }
     if s.retired_pages_pending == Some(true) {
         flag(
             GpuHealth::Degraded,
-            format!("{who}: memory pages are pending retirement; reset the GPU at the next convenient time"),
+            "memory pages are pending retirement; reset the GPU at the next convenient time",
         );
     }
     if let Some(n) = s.ecc_volatile_uncorrected.filter(|&n| n > 0) {
         flag(
             GpuHealth::Degraded,
-            format!("{who}: {n} uncorrectable ECC error(s) since the driver loaded"),
+            &format!("{n} uncorrectable ECC error(s) since the driver loaded"),
         );
     }
 }

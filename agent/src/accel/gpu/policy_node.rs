@@ -3,12 +3,10 @@
 //! accelerator rules (`crate::accel::policy::Accelerator`), the `VigilGPUUnhealthy` condition and
 //! the line for a wedged driver.
 
-use crate::accel::gpu::model::{GpuHealth, GpuMonitorState, GpuReport};
+use crate::accel::gpu::model::{GpuMonitorState, GpuReport};
 use crate::accel::model::Health;
-use crate::accel::policy::{Accelerator, Names};
-use crate::vocab::node::{
-    problem_condition, truncate, NodeCondition, GPU_CONDITION, GPU_FAILED_TAINT,
-};
+use crate::accel::policy::{verdict_condition, Accelerator, Names};
+use crate::vocab::node::{problem_condition, NodeCondition, GPU_CONDITION, GPU_FAILED_TAINT};
 
 /// The GPU's row of the accelerators' table.
 pub static GPU: Names = Names {
@@ -56,15 +54,12 @@ impl Accelerator for GpuReport {
         GpuReport::monitoring(self)
     }
     fn detail(&self, prev: &Self) -> String {
-        if self.state == GpuMonitorState::NvmlHung {
-            return format!("GPU health {} → unknown: {}", prev.node.as_str(), hung_line(self));
+        let (was, now) = (prev.node.as_str(), self.node.as_str());
+        match self.state {
+            GpuMonitorState::NvmlHung => format!("GPU health {was} → unknown: {}", hung_line(self)),
+            _ if self.node_reasons.is_empty() => format!("GPU health {was} → {now}"),
+            _ => format!("GPU health {was} → {now}: {}", self.node_reasons.join("; ")),
         }
-        let reasons = if self.node_reasons.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", self.node_reasons.join("; "))
-        };
-        format!("GPU health {} → {}{reasons}", prev.node.as_str(), self.node.as_str())
     }
 }
 
@@ -73,25 +68,30 @@ impl Accelerator for GpuReport {
 /// `gpu-health` label.
 pub(crate) fn gpu_condition(report: &GpuReport) -> NodeCondition {
     use crate::accel::gpu::model::GpuMonitorState as S;
-    let node = report.node;
-    #[rustfmt::skip]
-    let (problem, reason, message) = match report.state {
-        // In the order of the scale: healthy, degraded, failed; the message from the reasons.
-        S::On => (Some(node == GpuHealth::Failed), ["Healthy", "Degraded", "Failed"][node as usize], ""),
-        S::Off => (None, "MonitoringOff", "GPU monitoring is off (gpu.enabled = off)"),
-        S::NoGpu => (None, "NoGpu",
-            "no NVIDIA GPU on this node (no /dev/nvidiaN, no NVIDIA PCI display device)"),
-        S::WaitingForDriver => (None, "WaitingForDriver",
-            "waiting for the NVIDIA driver: the node has GPUs but NVML does not load yet"),
-        S::Starting => (None, "Starting", "GPU monitoring is starting"),
-        S::NvmlHung => return problem_condition(GPU_CONDITION, None, "NvmlHung", hung_line(report)),
+    let (reason, message) = match report.state {
+        // The verdict's condition, its message from the reasons.
+        S::On => {
+            let (node, reasons) = (report.node, &report.node_reasons);
+            let message = if reasons.is_empty() {
+                format!("GPU health {}", node.as_str())
+            } else {
+                reasons.join("; ")
+            };
+            return verdict_condition(&GPU, node, &message);
+        }
+        S::Off => ("MonitoringOff", "GPU monitoring is off (gpu.enabled = off)".into()),
+        S::NoGpu => (
+            "NoGpu",
+            "no NVIDIA GPU on this node (no /dev/nvidiaN, no NVIDIA PCI display device)".into(),
+        ),
+        S::WaitingForDriver => (
+            "WaitingForDriver",
+            "waiting for the NVIDIA driver: the node has GPUs but NVML does not load yet".into(),
+        ),
+        S::Starting => ("Starting", "GPU monitoring is starting".into()),
+        S::NvmlHung => ("NvmlHung", hung_line(report)),
     };
-    let message = match message {
-        "" if report.node_reasons.is_empty() => format!("GPU health {}", node.as_str()),
-        "" => truncate(&report.node_reasons.join("; "), 1000),
-        m => m.to_string(),
-    };
-    problem_condition(GPU_CONDITION, problem, reason, message)
+    problem_condition(GPU_CONDITION, None, reason, message)
 }
 
 /// Why a `nvml-hung` report has no verdict.

@@ -35,9 +35,7 @@ pub(crate) fn follow_rises(g: &mut GpuStatus, prev: Option<&GpuSample>, now_ms: 
         ("corrected ECC errors", p.ecc_volatile_corrected, s.ecc_volatile_corrected),
     ];
     for (what, before, after) in counters {
-        let Some((b, a)) = before.zip(after).filter(|(b, a)| a > b) else {
-            continue;
-        };
+        let Some((b, a)) = before.zip(after).filter(|(b, a)| a > b) else { continue };
         match g.rises.iter_mut().find(|r| r.what == what) {
             Some(r) => {
                 r.by += a - b;
@@ -51,12 +49,8 @@ pub(crate) fn follow_rises(g: &mut GpuStatus, prev: Option<&GpuSample>, now_ms: 
 /// Why one GPU slows a job down now, in words (empty: nothing does).
 fn why_slow(g: &GpuStatus) -> Vec<String> {
     let s = &g.sample;
-    let mut why: Vec<String> = s
-        .throttle_reasons
-        .iter()
-        .filter(|r| SLOWDOWNS.contains(r))
-        .map(|r| r.to_string())
-        .collect();
+    let slowdowns = s.throttle_reasons.iter().filter(|r| SLOWDOWNS.contains(r));
+    let mut why: Vec<String> = slowdowns.map(|r| r.to_string()).collect();
     if let (Some(sm), Some(max), Some(busy)) = (s.sm_clock_mhz, s.sm_clock_max_mhz, s.utilization) {
         if max > 0 && busy >= BUSY && f64::from(sm) < LOW_CLOCK * f64::from(max) {
             why.push(format!("SM clock {sm} of {max} MHz"));

@@ -10,8 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::accel::gpu::model::{Failure, GpuCleared, GpuStatus, ResetMarks};
-use crate::accel::gpu::policy::label;
+use crate::accel::gpu::model::{label, Failure, GpuCleared, GpuStatus, ResetMarks};
 use crate::config::XidAction;
 
 /// The format version written; a file of another version is read as unreadable.
@@ -65,25 +64,11 @@ pub(crate) struct Restored {
 
 /// The file's content for `gpus` (only GPUs with a UUID and a standing failure).
 pub(crate) fn snapshot(gpus: &[GpuStatus], boot_id: &str) -> StateFile {
-    StateFile {
-        version: VERSION,
-        boot_id: boot_id.to_string(),
-        gpus: gpus
-            .iter()
-            .filter(|g| !g.uuid.is_empty())
-            .filter_map(|g| {
-                let f = g.failure.as_ref()?;
-                Some(KeptGpu {
-                    uuid: g.uuid.clone(),
-                    index: g.index,
-                    action: f.action,
-                    causes: f.causes.clone(),
-                    lost: f.lost,
-                    marks: f.marks,
-                })
-            })
-            .collect(),
-    }
+    let kept = gpus.iter().filter(|g| !g.uuid.is_empty()).filter_map(|g| {
+        let Failure { action, causes, lost, marks, .. } = g.failure.clone()?;
+        Some(KeptGpu { uuid: g.uuid.clone(), index: g.index, action, causes, lost, marks })
+    });
+    StateFile { version: VERSION, boot_id: boot_id.to_string(), gpus: kept.collect() }
 }
 
 /// Whether `next` should be written, given what was last written (`None`: nothing yet) and when.
@@ -114,12 +99,10 @@ pub(crate) fn restore(loaded: Loaded, boot_id: &str, path: &str) -> Restored {
     let text = match loaded {
         Loaded::Missing => return Restored::default(),
         Loaded::Unreadable(e) => {
-            return Restored {
-                warning: Some(format!(
-                    "the GPU state file {path} cannot be read ({e}): failures from before this start are not known; fix its permissions"
-                )),
-                ..Restored::default()
-            }
+            let warning = format!(
+                "the GPU state file {path} cannot be read ({e}): failures from before this start are not known; fix its permissions"
+            );
+            return Restored { warning: Some(warning), ..Restored::default() };
         }
         Loaded::Text(t) => t,
     };
@@ -133,25 +116,16 @@ pub(crate) fn restore(loaded: Loaded, boot_id: &str, path: &str) -> Restored {
 fn from_file(f: StateFile, boot_id: &str) -> Restored {
     let rebooted = f.boot_id != boot_id;
     let mut out = Restored::default();
-    for k in f.gpus {
-        let mut g = GpuStatus::known(k.index, k.uuid);
+    for KeptGpu { uuid, index, action, mut causes, lost, marks } in f.gpus {
         if rebooted {
-            let mut causes = k.causes;
-            causes.extend(k.lost.then(|| "no longer visible to NVML".to_string()));
+            causes.extend(lost.then(|| "no longer visible to NVML".to_string()));
             let seq = out.cleared.last().map_or(1, |c| c.seq + 1);
             let why = "the node rebooted (its boot id changed)".to_string();
-            out.cleared.push(GpuCleared { seq, gpu: label(g.index, &g.uuid), why, causes });
+            out.cleared.push(GpuCleared { seq, gpu: label(index, &uuid), why, causes });
             continue;
         }
-        g.failure = Some(Failure {
-            action: k.action,
-            causes: k.causes,
-            lost: k.lost,
-            kept: true,
-            marks_from_file: true,
-            marks: k.marks,
-        });
-        out.gpus.push(g);
+        let failure = Failure { action, causes, lost, kept: true, marks_from_file: true, marks };
+        out.gpus.push(GpuStatus { failure: Some(failure), ..GpuStatus::known(index, uuid) });
     }
     out
 }

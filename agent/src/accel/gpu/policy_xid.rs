@@ -164,10 +164,7 @@ pub(crate) fn table(cfg: &GpuConfig) -> Vec<XidRow> {
     let mut rows: Vec<XidRow> = BUILTIN.to_vec();
     for (&xid, &action) in &overrides {
         match rows.iter_mut().find(|r| r.xid == xid) {
-            Some(r) => {
-                r.action = action;
-                r.source = "config";
-            }
+            Some(r) => (r.action, r.source) = (action, "config"),
             None => rows.push(row(xid, "(not in NVIDIA's table)", "-", action, "config")),
         }
     }

@@ -166,9 +166,7 @@ pub async fn start_with(
     let warnings = opts.warnings.clone();
     let spawned = spawn_thread(move || {
         let wait = wait_for_nvml(&cfg, loader.as_mut(), &opts, &tx, &stop, said_no_gpu);
-        let Some(probe) = wait else {
-            return;
-        };
+        let Some(probe) = wait else { return };
         readyz(&opts.warnings, None);
         let store = (!cfg.state_file.is_empty())
             .then(|| StateStore::new(&cfg.state_file, &opts.boot_id_path));

@@ -91,9 +91,7 @@ impl FsProbe {
 
     /// Open the kernel log, once.
     fn open_log(&mut self) {
-        let Some(p) = self.log_path.take() else {
-            return;
-        };
+        let Some(p) = self.log_path.take() else { return };
         // Without the kernel's clock the old records cannot be dated: skip them.
         let skip_backlog = uptime_ms(&self.uptime).is_none();
         match KernelLog::open(&p, skip_backlog) {
@@ -107,9 +105,7 @@ impl FsProbe {
     /// The kernel records since the last call, each with its age when the kernel's clock is
     /// readable. A log that fails is said once and closed.
     fn records(&mut self) -> Vec<(KernelRecord, Option<i64>)> {
-        let Some(log) = &mut self.log else {
-            return Vec::new();
-        };
+        let Some(log) = &mut self.log else { return Vec::new() };
         let now = uptime_ms(&self.uptime);
         match log.drain() {
             Ok(rs) => rs
@@ -138,12 +134,8 @@ impl FsProbe {
             self.open_log();
         }
         let accel = device_files.iter().filter(|f| f.starts_with("accel")).cloned().collect();
-        Ok(TpuReading {
-            device_files,
-            chips: TpuChips { pci, accel },
-            aer,
-            records: self.records(),
-        })
+        let records = self.records();
+        Ok(TpuReading { device_files, chips: TpuChips { pci, accel }, aer, records })
     }
 
     /// Why the kernel log is not read (taken: said once).
@@ -171,14 +163,12 @@ pub(crate) fn device_files(dir: &Path) -> std::io::Result<Vec<String>> {
 pub(crate) fn tpu_functions(sys: &Path) -> (Vec<String>, BTreeMap<String, AerCounts>) {
     let root = sys.join("bus/pci/devices");
     let read = |addr: &str, file: &str| std::fs::read_to_string(root.join(addr).join(file)).ok();
-    let mut pci: Vec<String> = names(&root)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|a| {
-            read(a, "vendor").is_some_and(|v| v.trim() == GOOGLE_VENDOR)
-                && read(a, "device").is_some_and(|d| TPU_DEVICE_IDS.contains(&d.trim()))
-        })
-        .collect();
+    let is_tpu = |a: &String| {
+        read(a, "vendor").is_some_and(|v| v.trim() == GOOGLE_VENDOR)
+            && read(a, "device").is_some_and(|d| TPU_DEVICE_IDS.contains(&d.trim()))
+    };
+    let mut pci = names(&root).unwrap_or_default();
+    pci.retain(is_tpu);
     pci.sort();
     let counts = pci.iter().filter_map(|addr| {
         let total = |file: &str, key: &str| read(addr, file).and_then(|t| aer_total(&t, key));
@@ -271,13 +261,9 @@ fn parse_header(line: &str) -> Option<KernelRecord> {
     let prio: u32 = fields.next()?.parse().ok()?;
     let _seq: u64 = fields.next()?.parse().ok()?;
     let ts_us: u64 = fields.next()?.parse().ok()?;
-    Some(KernelRecord {
-        level: (prio & 7) as u8,
-        ts_us,
-        text: text.to_string(),
-        subsystem: None,
-        device: None,
-    })
+    let level = (prio & 7) as u8;
+    // The dictionary (`SUBSYSTEM=`, `DEVICE=`) follows on lines of its own.
+    Some(KernelRecord { level, ts_us, text: text.to_string(), ..KernelRecord::default() })
 }
 
 #[cfg(test)]

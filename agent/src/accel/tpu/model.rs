@@ -82,18 +82,6 @@ pub struct TpuReading {
     pub(crate) records: Vec<(KernelRecord, Option<i64>)>,
 }
 
-/// What the policy folds readings into: the chips as last read and the device errors kept.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct TpuObservation {
-    /// The chips' device files found, relative to the device directory and sorted:
-    /// `accel0`, … (TPU v4 and older) or `vfio/0`, … (TPU v5e, v5p, v6e, TPU7x).
-    pub(crate) device_files: Vec<String>,
-    /// The chips the Node advertises: its allocatable `google.com/tpu`; `None` while unknown.
-    pub(crate) expected: Option<u32>,
-    /// Device errors seen so far (the policy keeps those within `tpu.error_window`).
-    pub(crate) errors: Vec<DeviceError>,
-}
-
 /// The TPU verdict of this node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TpuReport {
@@ -104,7 +92,8 @@ pub struct TpuReport {
     pub present: u32,
     /// The Node's allocatable `google.com/tpu`, when known.
     pub expected: Option<u32>,
-    /// The device files found (as in [`TpuObservation::device_files`]).
+    /// The device files found, sorted: `accel0`, … (TPU v4 and older) or `vfio/0`, … (TPU v5e,
+    /// v5p, v6e, TPU7x).
     pub devices: Vec<String>,
     pub health: TpuHealth,
     /// Why the chips are not healthy, one line per cause, for operators.

@@ -53,9 +53,7 @@ pub async fn run_monitor(
             }
         }
         let want = *expected.borrow_and_update();
-        let Some((p, reading)) = read_chips(probe).await else {
-            return;
-        };
+        let Some((p, reading)) = read_chips(probe).await else { return };
         probe = p;
         match reading {
             Ok(reading) => {

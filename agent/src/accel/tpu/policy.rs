@@ -15,21 +15,18 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::accel::model::Health;
-use crate::accel::policy::{Accelerator, Names};
+use crate::accel::policy::{verdict_condition, Accelerator, Names};
 use crate::accel::tpu::model::{
-    AerCounts, DeviceError, ErrorSeverity, KernelRecord, TpuChips, TpuHealth, TpuObservation,
-    TpuReading, TpuReport,
+    AerCounts, DeviceError, ErrorSeverity, KernelRecord, TpuChips, TpuHealth, TpuReading, TpuReport,
 };
 use crate::clock::ms;
-use crate::vocab::node::{
-    problem_condition, truncate, NodeCondition, TPU_CONDITION, TPU_FAILED_TAINT,
-};
+use crate::vocab::node::{truncate, NodeCondition, TPU_CONDITION, TPU_FAILED_TAINT};
 use crate::vocab::node_info::TPU_RESOURCE;
 
 /// The character-device major of Google's `accel` class (TPU v4 and older).
 pub(crate) const ACCEL_MAJOR: u32 = 121;
 /// At most this many device errors are kept, the newest, so an error storm cannot grow the
-/// observation without bound.
+/// monitor's memory without bound.
 pub(crate) const MAX_ERRORS: usize = 256;
 
 /// Whether `rec` is a device error of one of `chips`: the chip and how bad (`None` when the
@@ -95,13 +92,9 @@ pub(crate) fn aer_errors(
             (ErrorSeverity::Error, p.nonfatal, n.nonfatal, "non-fatal"),
         ] {
             if now > before {
-                out.push(DeviceError {
-                    at_ms,
-                    severity,
-                    device: addr.clone(),
-                    source: "aer",
-                    message: format!("{} uncorrectable {what} PCIe error(s) (AER)", now - before),
-                });
+                let message = format!("{} uncorrectable {what} PCIe error(s) (AER)", now - before);
+                let device = addr.clone();
+                out.push(DeviceError { at_ms, severity, device, source: "aer", message });
             }
         }
     }
@@ -130,9 +123,9 @@ pub fn allocatable_chips(quantity: &str) -> Option<u32> {
 ///   has not registered them yet), or a device error within `window`: degraded.
 ///
 /// The reasons carry no time, so that a report changes only when the facts do.
-pub(crate) fn verdict(obs: &TpuObservation, now_ms: i64, window: Duration) -> TpuReport {
-    let present = obs.device_files.len() as u32;
-    let expected = obs.expected;
+pub(crate) fn verdict(mem: &TpuMemory, now_ms: i64, window: Duration) -> TpuReport {
+    let present = mem.device_files.len() as u32;
+    let expected = mem.expected;
     if present == 0 && expected.unwrap_or(0) == 0 {
         return TpuReport { expected, ..TpuReport::default() };
     }
@@ -142,10 +135,10 @@ pub(crate) fn verdict(obs: &TpuObservation, now_ms: i64, window: Duration) -> Tp
         health = health.max(h);
         reasons.push(reason);
     };
-    if let Some((h, why)) = chip_count(obs) {
+    if let Some((h, why)) = chip_count(mem) {
         worsen(h, why);
     }
-    let by_chip = recent_by_chip(&obs.errors, now_ms, window);
+    let by_chip = recent_by_chip(&mem.errors, now_ms, window);
     let recent = |s| by_chip.iter().filter(|(k, _)| k.1 == s).map(|(_, n)| n.0).sum();
     let recent_errors = (recent(ErrorSeverity::Error), recent(ErrorSeverity::Fatal));
     let within = humantime::format_duration(window);
@@ -154,21 +147,17 @@ pub(crate) fn verdict(obs: &TpuObservation, now_ms: i64, window: Duration) -> Tp
             ErrorSeverity::Fatal => TpuHealth::Failed,
             ErrorSeverity::Error => TpuHealth::Degraded,
         };
-        worsen(
-            h,
-            format!(
-                "{count} {} device error(s) on {device} within {within} (last, {}: {})",
-                severity.as_str(),
-                last.source,
-                truncate(&last.message, 200)
-            ),
+        let (what, source, said) = (severity.as_str(), last.source, truncate(&last.message, 200));
+        let why = format!(
+            "{count} {what} device error(s) on {device} within {within} (last, {source}: {said})"
         );
+        worsen(h, why);
     }
     TpuReport {
         monitoring: true,
         present,
         expected,
-        devices: obs.device_files.clone(),
+        devices: mem.device_files.clone(),
         health,
         reasons,
         recent_errors,
@@ -177,11 +166,11 @@ pub(crate) fn verdict(obs: &TpuObservation, now_ms: i64, window: Duration) -> Tp
 }
 
 /// The chips with a device file against the chips the Node advertises, when they differ.
-fn chip_count(obs: &TpuObservation) -> Option<(TpuHealth, String)> {
-    let present = obs.device_files.len() as u32;
+fn chip_count(mem: &TpuMemory) -> Option<(TpuHealth, String)> {
+    let present = mem.device_files.len() as u32;
     let found =
-        if obs.device_files.is_empty() { "none".to_string() } else { obs.device_files.join(", ") };
-    match obs.expected {
+        if mem.device_files.is_empty() { "none".to_string() } else { mem.device_files.join(", ") };
+    match mem.expected {
         Some(n) if present < n => Some((
             TpuHealth::Failed,
             format!("{present} of {n} TPU chips have a device file (found: {found})"),
@@ -215,13 +204,19 @@ fn recent_by_chip(
     by_chip
 }
 
-/// What the monitor remembers between readings.
+/// What the monitor remembers between readings: the chips as last read and the device errors
+/// kept, which [`verdict`] judges.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct TpuMemory {
     /// AER totals of the last reading: the baseline of the next.
     aer: BTreeMap<String, AerCounts>,
-    /// The chips as last read and the device errors kept.
-    pub(crate) observation: TpuObservation,
+    /// The chips' device files found, relative to the device directory and sorted:
+    /// `accel0`, … (TPU v4 and older) or `vfio/0`, … (TPU v5e, v5p, v6e, TPU7x).
+    device_files: Vec<String>,
+    /// The chips the Node advertises: its allocatable `google.com/tpu`; `None` while unknown.
+    expected: Option<u32>,
+    /// Device errors seen so far, within `tpu.error_window` (at most [`MAX_ERRORS`]).
+    errors: Vec<DeviceError>,
     /// Device errors counted so far: (error, fatal).
     errors_total: (u64, u64),
 }
@@ -242,43 +237,20 @@ pub(crate) fn fold(
     mem.aer = reading.aer.clone();
     for (rec, age) in &reading.records {
         if let Some((device, severity)) = classify(rec, &reading.chips) {
-            new.push(DeviceError {
-                at_ms: now_ms - age.unwrap_or(0),
-                severity,
-                device,
-                source: "kernel-log",
-                message: rec.text.clone(),
-            });
+            let (at_ms, message) = (now_ms - age.unwrap_or(0), rec.text.clone());
+            new.push(DeviceError { at_ms, severity, device, source: "kernel-log", message });
         }
     }
     new.retain(|e| now_ms - e.at_ms < ms(window));
     let count = |s: ErrorSeverity| new.iter().filter(|e| e.severity == s).count() as u64;
     mem.errors_total.0 += count(ErrorSeverity::Error);
     mem.errors_total.1 += count(ErrorSeverity::Fatal);
-    let o = &mut mem.observation;
-    o.errors.extend(new);
-    o.errors.sort_by_key(|e| e.at_ms);
-    prune(&mut o.errors, now_ms, window);
-    o.device_files = reading.device_files.clone();
-    o.expected = expected;
-    TpuReport { errors_total: mem.errors_total, ..verdict(o, now_ms, window) }
-}
-
-/// `VigilTPUUnhealthy`: True when the chips failed, False when healthy or degraded (still
-/// usable; the reason and message say why); `None` (the condition is removed) when this is not a
-/// TPU node or TPU monitoring is off.
-pub(crate) fn tpu_condition(report: &TpuReport) -> Option<NodeCondition> {
-    if !report.monitoring {
-        return None;
-    }
-    // In the order of the scale: healthy, degraded, failed.
-    let reason = ["Healthy", "Degraded", "Failed"][report.health as usize];
-    Some(problem_condition(
-        TPU_CONDITION,
-        Some(report.health == TpuHealth::Failed),
-        reason,
-        truncate(&report.summary(), 1000),
-    ))
+    mem.errors.extend(new);
+    mem.errors.sort_by_key(|e| e.at_ms);
+    prune(&mut mem.errors, now_ms, window);
+    mem.device_files = reading.device_files.clone();
+    mem.expected = expected;
+    TpuReport { errors_total: mem.errors_total, ..verdict(mem, now_ms, window) }
 }
 
 /// The TPU's row of the accelerators' table.
@@ -304,8 +276,11 @@ impl Accelerator for TpuReport {
     fn reasons_mut(&mut self) -> &mut Vec<String> {
         &mut self.reasons
     }
+    /// `VigilTPUUnhealthy`: True when the chips failed, False when healthy or degraded (still
+    /// usable; the reason and the summary say why); `None` (the condition is removed) when this
+    /// is not a TPU node or TPU monitoring is off.
     fn condition(&self) -> Option<NodeCondition> {
-        tpu_condition(self)
+        self.monitoring.then(|| verdict_condition(&TPU, self.health, &self.summary()))
     }
     fn differs(&self, o: &Self) -> bool {
         self.monitoring != o.monitoring

@@ -69,8 +69,9 @@ fn classify_table() {
     }
 }
 
-fn obs(files: &[&str], expected: Option<u32>, errors: Vec<DeviceError>) -> TpuObservation {
-    TpuObservation { device_files: files.iter().map(|f| f.to_string()).collect(), expected, errors }
+fn obs(files: &[&str], expected: Option<u32>, errors: Vec<DeviceError>) -> TpuMemory {
+    let device_files = files.iter().map(|f| f.to_string()).collect();
+    TpuMemory { device_files, expected, errors, ..TpuMemory::default() }
 }
 
 fn err(age_ms: i64, severity: ErrorSeverity, device: &str) -> DeviceError {
@@ -289,7 +290,7 @@ fn fold_dates_errors_and_lets_them_age_out() {
         fold(&mut mem, &reading(pci(4), vec![(a, Some(60_000)), (b, None)]), Some(2), NOW, WINDOW);
     assert_eq!(r.health, TpuHealth::Failed, "{:?}", r.reasons);
     assert_eq!((r.recent_errors, r.errors_total), ((1, 1), (1, 1)));
-    assert_eq!(mem.observation.errors[0].at_ms, NOW - 60_000, "dated by its age");
+    assert_eq!(mem.errors[0].at_ms, NOW - 60_000, "dated by its age");
     // Ten minutes on, nothing new: the AER error (at NOW) is still in, the older one out.
     let later = NOW + WINDOW.as_millis() as i64 - 1;
     let r = fold(&mut mem, &reading(pci(4), vec![]), Some(2), later, WINDOW);
@@ -318,7 +319,8 @@ fn every_condition_is_true_for_a_problem() {
         })
     };
     let tpu = |health| {
-        tpu_condition(&TpuReport { monitoring: true, health, ..TpuReport::default() })
+        TpuReport { monitoring: true, health, ..TpuReport::default() }
+            .condition()
             .expect("a TPU node has the condition")
     };
     let maint =

@@ -11,13 +11,14 @@ use crate::metrics::Metrics;
 use crate::trail::Code;
 
 impl Tracked for TpuReport {
-    type Seen = TpuMetricsState;
+    /// What [`Tracked::record`] already counted: (error, fatal).
+    type Seen = (u64, u64);
     const ALERT: AlertKind = AlertKind::TpuFailed;
     const TRAIL: Code = Code::TpuHealth;
     const ADVICE: &'static str =
         "a restart cannot fix hardware: drain the node and have its TPU chips checked";
     /// Export one TPU report; the error counters advance by what `seen` has not counted yet.
-    fn record(&self, metrics: &Metrics, seen: &mut TpuMetricsState) {
+    fn record(&self, metrics: &Metrics, seen: &mut (u64, u64)) {
         let m = &metrics.tpu;
         m.monitoring.set(i64::from(self.monitoring));
         for state in ["healthy", "degraded", "failed"] {
@@ -31,22 +32,14 @@ impl Tracked for TpuReport {
         } else {
             m.chips.remove(&expected);
         }
-        let (error, fatal) = self.errors_total;
-        for (severity, now, before) in
-            [("error", error, &mut seen.counted.0), ("fatal", fatal, &mut seen.counted.1)]
-        {
-            if now > *before {
-                m.device_errors.get_or_create(&[("severity", severity)]).inc_by(now - *before);
+        let total = self.errors_total;
+        let was = std::mem::replace(seen, total);
+        for (severity, now, before) in [("error", total.0, was.0), ("fatal", total.1, was.1)] {
+            if now > before {
+                m.device_errors.get_or_create(&[("severity", severity)]).inc_by(now - before);
             }
-            *before = now;
         }
     }
-}
-
-/// What [`Tracked::record`] already counted: (error, fatal).
-#[derive(Debug, Default)]
-pub(crate) struct TpuMetricsState {
-    counted: (u64, u64),
 }
 
 #[cfg(test)]
@@ -58,7 +51,7 @@ mod tests {
     #[test]
     fn a_report_sets_the_gauges_and_advances_the_counters_once() {
         let m = Metrics::new();
-        let mut seen = TpuMetricsState::default();
+        let mut seen = (0, 0);
         let mut r = TpuReport {
             monitoring: true,
             present: 3,

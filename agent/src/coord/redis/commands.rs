@@ -14,7 +14,7 @@ use redis::{FromRedisValue, Pipeline, Script};
 use super::RedisCoordinator;
 use crate::clock::{ms, Millis};
 use crate::coord::{
-    CoordError, Coordinator, NodeRead, Op, RecordUnreadable, Reply, Request, TrailEntry,
+    CoordError, Coordinator, NodeRead, Op, RecordUnreadable, Reply, Request, Result, TrailEntry,
     WorkerKeys, WorkerRead, MAX_RECORD_BYTES, MAX_RECORD_FIELDS,
 };
 
@@ -117,7 +117,7 @@ impl Coordinator for RedisCoordinator {
         format!("redis at {}", self.addr)
     }
 
-    async fn execute(&self, request: Request) -> Result<Reply, CoordError> {
+    async fn execute(&self, request: Request) -> Result<Reply> {
         let c = self;
         Ok(match request {
             Request::Time => {
@@ -178,7 +178,7 @@ impl Coordinator for RedisCoordinator {
 }
 
 impl RedisCoordinator {
-    async fn read_workers(&self, workers: &[WorkerKeys]) -> Result<NodeRead, CoordError> {
+    async fn read_workers(&self, workers: &[WorkerKeys]) -> Result<NodeRead> {
         let mut keys: Vec<&str> = Vec::new();
         let mut args = vec![MAX_RECORD_FIELDS.to_string(), MAX_RECORD_BYTES.to_string()];
         for w in workers {
@@ -213,10 +213,7 @@ impl RedisCoordinator {
         Ok(NodeRead { now, workers: reads })
     }
 
-    async fn hgetall_many(
-        &self,
-        keys: &[String],
-    ) -> Result<Vec<HashMap<String, String>>, CoordError> {
+    async fn hgetall_many(&self, keys: &[String]) -> Result<Vec<HashMap<String, String>>> {
         // Pipelined, 1,000 per round trip (per slot in a cluster): a 10,000-node fleet is ten
         // round trips on one server.
         let indexed: Vec<(usize, &str)> = keys.iter().map(String::as_str).enumerate().collect();
@@ -236,7 +233,7 @@ impl RedisCoordinator {
         Ok(out)
     }
 
-    async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>, CoordError> {
+    async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>> {
         let indexed: Vec<(usize, &Op)> = ops.iter().enumerate().collect();
         let mut counters: Vec<(usize, u64)> = Vec::new();
         for group in self.by_slot(indexed, |op| op.key()) {
@@ -250,14 +247,14 @@ impl RedisCoordinator {
         Ok(counters.into_iter().map(|(_, v)| v).collect())
     }
 
-    async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError> {
+    async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>> {
         let flat: Vec<(String, f64)> =
             self.query(redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES")).await?;
         Ok(flat.into_iter().map(|(m, s)| (m, s as Millis)).collect())
     }
 
     /// Each entry's fields read as a map (pairs of name and value).
-    async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<TrailEntry>, CoordError> {
+    async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<TrailEntry>> {
         self.query(redis::cmd("XREVRANGE").arg(key).arg("+").arg("-").arg("COUNT").arg(count)).await
     }
 }

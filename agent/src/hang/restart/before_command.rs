@@ -10,15 +10,14 @@ use crate::coord::lease::Lease;
 use crate::coord::CoordError;
 use crate::hang::marks;
 use crate::hang::model::{Marks, WorkerStatus};
-use crate::hang::policy;
-use crate::hang::policy::Cancel;
+use crate::hang::policy::{self, Cancel};
 use crate::hang::policy_fruitless::{self, Beat, RunOf};
+use crate::hang::policy_pipeline::{Seen, Skip};
 use crate::trail::Code;
 use crate::vocab::workload::{Remediation, Stops};
 
 use super::pipeline::Pipeline;
 use super::{short, Act, GangOrder};
-use crate::hang::policy_pipeline::Skip;
 
 impl Pipeline<'_> {
     /// Whether the worker is ours and the runtime's to restart: an `alert-only` worker's
@@ -31,10 +30,10 @@ impl Pipeline<'_> {
         act: &Act<'_>,
         now: Millis,
         how: &mut Remediation,
-    ) -> Result<Option<Skip>, CoordError> {
+    ) -> Result<Seen, CoordError> {
         if act.case.alert_only() {
             let detail = "alert only: its restarts belong to its owner (the `.restarts = alert-only` label or record field)".to_string();
-            return self.skip(now, act, Skip::AlertOnly, detail, true).await.map(Some);
+            return self.skip(now, act, Skip::AlertOnly, detail, true).await;
         }
         // NB: not a gang member's: its restart is the gang's, and one member left out would
         // break the job's rendezvous (a gang's run is judged as the gang's).
@@ -46,7 +45,7 @@ impl Pipeline<'_> {
             let detail = policy_fruitless::describe(run, RunOf::Worker);
             let alert = self.pager.act_alert(AlertKind::Fruitless, act, now, detail.clone());
             self.pager.page_incident(act, "fruitless", alert, now).await?;
-            return self.skip(now, act, Skip::Fruitless, detail, true).await.map(Some);
+            return self.skip(now, act, Skip::Fruitless, detail, true).await;
         }
         // NB: before the logs and the restart alert: a drained node (a cordon by a person, GKE's
         // auto-repair or an upgrade) is a standing condition, said once per incident; the wait
@@ -56,7 +55,7 @@ impl Pipeline<'_> {
                 true => (format!("{sd}; not restarting yet"), false),
                 false => (format!("{sd}; not restarting while it is"), true),
             };
-            return self.skip(now, act, Skip::NodeState, detail, once).await.map(Some);
+            return self.skip(now, act, Skip::NodeState, detail, once).await;
         }
         // NB: one pod: a gang's decision reserved room for every member's (`Stops::EveryPod`
         // at its members' entries), and those stopped before this one have spent theirs.
@@ -66,10 +65,10 @@ impl Pipeline<'_> {
             let detail = format!("{why}; not restarting, a person must decide");
             let alert = self.pager.act_alert(AlertKind::NotRestartable, act, now, detail);
             self.pager.page_incident(act, "not-restartable", alert, now).await?;
-            return self.skip(now, act, Skip::NotRestartable, why, true).await.map(Some);
+            return self.skip(now, act, Skip::NotRestartable, why, true).await;
         }
         *how = found;
-        Ok(None)
+        Ok(Seen::Pass)
     }
 
     /// Why this pass must not restart the worker the way its controllers would: they refuse
@@ -93,7 +92,8 @@ impl Pipeline<'_> {
         }
     }
 
-    /// Write a skip to the trail (with `once`, the first time per incident only); answers it.
+    /// Write a skip to the trail (with `once`, the first time per incident only); answers it:
+    /// the pass ends.
     pub(super) async fn skip(
         &mut self,
         at: Millis,
@@ -101,9 +101,9 @@ impl Pipeline<'_> {
         skip: Skip,
         detail: String,
         once: bool,
-    ) -> Result<Skip, CoordError> {
+    ) -> Result<Seen, CoordError> {
         let about = if once { act.about().once() } else { act.about() };
-        self.journal.note(at, about, skip.code(), detail).await.map(|()| skip)
+        self.journal.note(at, about, skip.code(), detail).await.map(|()| Seen::Skip(skip))
     }
 
     /// The container's last lines, then the restart (or would-restart) page with them, once per
@@ -115,11 +115,11 @@ impl Pipeline<'_> {
         &mut self,
         act: &Act<'_>,
         now: Millis,
-    ) -> Result<Option<Skip>, CoordError> {
+    ) -> Result<Seen, CoordError> {
         let (d, c) = (&self.ctx.cfg.runtime, act.case.c);
         let call = tokio::time::timeout(d.log_timeout, self.ctx.runtime.logs(&c.id, d.log_lines));
         let why = match call.await {
-            Ok(Ok(_)) if act.order.is_some() => return Ok(None),
+            Ok(Ok(_)) if act.order.is_some() => return Ok(Seen::Pass),
             Ok(Ok(logs)) => {
                 let (kind, verb) = match self.ctx.cfg.dry_run {
                     true => (AlertKind::WouldRestart, "would restart"),
@@ -128,7 +128,8 @@ impl Pipeline<'_> {
                 let detail = format!("{verb} container {} ({})", c.name, short(&c.id));
                 let mut alert = self.pager.act_alert(kind, act, now, detail);
                 alert.logs = Some(logs);
-                return self.pager.page_incident(act, "restart", alert, now).await.map(|_| None);
+                self.pager.page_incident(act, "restart", alert, now).await?;
+                return Ok(Seen::Pass);
             }
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {}", humantime::format_duration(d.log_timeout)),
@@ -139,21 +140,17 @@ impl Pipeline<'_> {
             self.pager.alert_for(AlertKind::LogsFailed, act.case, Some(act.since), now, detail);
         self.pager.page_incident(act, "logs-failed", alert, now).await?;
         let detail = format!("log collection failed: {why}");
-        self.skip(now, act, Skip::LogsFailed, detail, false).await.map(Some)
+        self.skip(now, act, Skip::LogsFailed, detail, false).await
     }
 
     /// Revalidate at the last moment, from fresh data and a fresh clock; then the node's state
-    /// (shutdown, maintenance, GPU) and the incarnation. `Some(skip)` ends the pass.
-    pub(super) async fn last_moment_checks(
-        &mut self,
-        act: &Act<'_>,
-    ) -> Result<Option<Skip>, CoordError> {
+    /// (shutdown, maintenance, GPU) and the incarnation. A skip ends the pass.
+    pub(super) async fn last_moment_checks(&mut self, act: &Act<'_>) -> Result<Seen, CoordError> {
         let w = act.case.worker();
         // A fresh clock, record and marks, in one round trip.
         let fresh = marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, w).await?;
         let (status, _) = super::evaluate::status_of(self.ctx, w, &fresh);
-        let marks = marks::decode(&fresh.values).marks;
-        let now = fresh.now;
+        let (marks, now) = (marks::decode(&fresh.values).marks, fresh.now);
         // NB: by the rule the restart was due under, from the coordinator's copy of the
         // worker's rhythm as this read returns it (the fixed rule when that copy is gone): a
         // gang member's, the rule its entry carries (the gang may have decided on it).
@@ -171,7 +168,7 @@ impl Pipeline<'_> {
                 // NB: the incident stands (it is still hung): only this pass ends, and the
                 // retry alerts again with its logs (the pipeline releases the alert).
                 let why = "a restart of this incident failed after our decision (another instance's); the retry waits for its backoff".to_string();
-                return self.skip(now, act, Skip::RetryPending, why, false).await.map(Some);
+                return self.skip(now, act, Skip::RetryPending, why, false).await;
             }
             Err(c @ Cancel::CooldownAppeared) => {
                 (c, "a cooldown marker appeared: another instance already restarted it")
@@ -185,7 +182,7 @@ impl Pipeline<'_> {
         let end =
             if cancel == Cancel::Recovered { Resolve::Recovered } else { Resolve::IncidentCleared };
         self.pager.resolve_alerts(w, end).await;
-        self.skip(now, act, Skip::Cancelled(cancel), why.into(), false).await.map(Some)
+        self.skip(now, act, Skip::Cancelled(cancel), why.into(), false).await
     }
 
     /// A gang member's restart against its gang's decision, read again: a closed or replaced
@@ -211,16 +208,16 @@ impl Pipeline<'_> {
     }
 
     /// The node's state (shutdown, maintenance, GPU) and compare-and-restart: checked after
-    /// revalidation, and again right before the command. `Some(skip)` ends the pass.
+    /// revalidation, and again right before the command. A skip ends the pass.
     pub(super) async fn node_and_container_checks(
         &mut self,
         act: &Act<'_>,
         now: Millis,
-    ) -> Result<Option<Skip>, CoordError> {
+    ) -> Result<Seen, CoordError> {
         let c = act.case.c;
         if let Some(why) = self.watch.stand_down(c, now, &self.ctx.cfg.metadata) {
             let detail = format!("{why} between decision and command; not restarting");
-            return self.skip(now, act, Skip::NodeState, detail, false).await.map(Some);
+            return self.skip(now, act, Skip::NodeState, detail, false).await;
         }
         // Compare-and-restart: the container is still the incarnation we decided on, and it is
         // running (a stopped or paused one is someone's decision).
@@ -236,28 +233,26 @@ impl Pipeline<'_> {
             }
         };
         let Some(skip) = found else {
-            return Ok(None);
+            return Ok(Seen::Pass);
         };
+        let id = short(&c.id);
         let detail = match skip {
             Skip::NotRunning => format!(
-                "container {} ({}) is not running any more; not starting what someone stopped",
-                c.display(),
-                short(&c.id)
+                "container {} ({id}) is not running any more; not starting what someone stopped",
+                c.display()
             ),
-            _ => format!(
-                "container {} is not the incarnation observed at decision time",
-                short(&c.id)
-            ),
+            _ => format!("container {id} is not the incarnation observed at decision time"),
         };
-        self.skip(now, act, skip, detail, false).await.map(Some)
+        self.skip(now, act, skip, detail, false).await
     }
 
     /// Observe mode: everything a real restart would do except the command and the restart
     /// record.
-    pub(super) async fn observe_only(&mut self, act: &Act<'_>) -> Result<Option<Skip>, CoordError> {
+    pub(super) async fn observe_only(&mut self, act: &Act<'_>) -> Result<Seen, CoordError> {
         let now = self.ctx.coord.time().await?;
-        if let Some(skip) = self.blocked_by_caps(act, now, true).await? {
-            return Ok(Some(skip));
+        let seen = self.blocked_by_caps(act, now, true).await?;
+        if seen != Seen::Pass {
+            return Ok(seen);
         }
         // Observe mode leaves the same "this is me" cooldown, so its timeline is the one a
         // real restart would produce; but no restart record, so it never pages an escalation
@@ -272,20 +267,20 @@ impl Pipeline<'_> {
         let detail =
             format!("would restart container {} ({}) now; observe mode", c.name, short(&c.id));
         self.journal.note(now, act.about(), Code::WouldRestart, detail).await?;
-        Ok(None)
+        Ok(Seen::Pass)
     }
 
     /// The lock must still be ours, with room for the whole restart; checked after every slow
     /// step so the margin covers only the writes below. Then the markers go in — *before* the
     /// command: the booting container will look hung for a minute or more, and the detector
-    /// must know that this is us. `Some(skip)`: nothing will run (the pipeline gives the units
+    /// must know that this is us. A skip: nothing will run (the pipeline gives the units
     /// back, and the claim when its write failed).
     pub(super) async fn hold_lock_and_mark(
         &mut self,
         act: &Act<'_>,
         lease: &Lease,
         now: Millis,
-    ) -> Result<Option<Skip>, CoordError> {
+    ) -> Result<Seen, CoordError> {
         let needed = self.ctx.cfg.runtime.restart_timeout + LOCK_MARGIN;
         let left = lease.left(self.ctx.coord.as_ref()).await?;
         if !crate::coord::lease::covers(left, needed) {
@@ -293,14 +288,14 @@ impl Pipeline<'_> {
                 Some(t) => format!("lock has {} left, {} needed", human(t), human(ms(needed))),
                 None => "lock lost (expired or taken over)".into(),
             };
-            return self.skip(now, act, Skip::LockExpiring, detail, false).await.map(Some);
+            return self.skip(now, act, Skip::LockExpiring, detail, false).await;
         }
         if self.write_restart_markers(act, now).await? {
-            return Ok(None);
+            return Ok(Seen::Pass);
         }
         // The claim failed: another instance's marker appeared after our revalidation.
         let skip = Skip::Cancelled(Cancel::CooldownAppeared);
         let detail = "another instance's cooldown marker appeared after revalidation (it restarted this worker past a lost lock); not restarting".to_string();
-        self.skip(now, act, skip, detail, false).await.map(Some)
+        self.skip(now, act, skip, detail, false).await
     }
 }

@@ -297,8 +297,7 @@ impl Pipeline<'_> {
         match self.pager.page_incident(act, "restart-failed", alert.clone(), done).await {
             Ok(true) => {}
             Ok(false) => {
-                alert.page = false;
-                alert.update = true;
+                (alert.page, alert.update) = (false, true);
                 self.ctx.notifier.send(&alert).await;
             }
             // NB: a failed claim (the coordinator is down) pages too: a repeat beats silence.

@@ -160,8 +160,8 @@ impl RestartPath<'_> {
     fn export(&self, case: &Case<'_>, effects: &[Effect], cfg: &PolicyConfig, now: Millis) {
         let left = policy_life::project(case.marks, effects, now);
         let due_by = self.judge().restart_rules(case.status, case.marks, now);
-        let (claim, locked) = case.held;
-        let stage = policy_life::stage(&left, claim, locked, case.v, now, &due_by);
+        let inc = left.incident.as_ref();
+        let stage = policy_life::stage(&left, inc, case.held, case.v, now, &due_by);
         self.ctx.metrics.decisions.verdict(case.v.as_str());
         self.ctx.metrics.workers.observe(WorkerSample {
             worker: &case.c.worker,
@@ -224,7 +224,7 @@ impl RestartPath<'_> {
         // finds it too, unless the rhythm the coordinator holds may restart it
         // (`policy_rhythm::restart_policy`: `policy.learned.restarts`).
         let rules = self.judge().restart_rules(case.status, case.marks, now);
-        let stage = policy_life::acting(case.marks, inc, case.held, case.v, now, &rules);
+        let stage = policy_life::stage(case.marks, Some(inc), case.held, case.v, now, &rules);
         if !stage.runs_pipeline()
             || !policy_due::stale_by_restart_rule(case.v, case.status, now, &rules)
         {
@@ -244,8 +244,7 @@ impl RestartPath<'_> {
         incident: &mut Option<Incident>,
         now: Millis,
     ) -> Result<(), CoordError> {
-        let k = self.ctx.keys.clone();
-        let w = case.worker();
+        let (k, w) = (self.ctx.keys.clone(), case.worker());
         match effect {
             Effect::RecordSuspect { heartbeat } => self.record_suspect(case, heartbeat, now).await,
             Effect::ClearSuspect => self.ctx.coord.del(&[k.suspect(w)]).await,

@@ -21,7 +21,6 @@ use crate::hang::stand_down::StandDown;
 use crate::trail::Code;
 use crate::vocab::workload::{Remediation, Stops};
 
-use super::gang_decision::Deciding;
 use super::{Act, Case, GangOrder, RestartPath};
 
 /// Where a gang step runs: the gang, this agent's member (as the view has it), the members
@@ -208,8 +207,8 @@ impl RestartPath<'_> {
             // `gang.straggler = "restart"`: the single-worker pipeline, for this member alone.
             GangStep::RestartAlone => self.consider_restart(case, here.incident, now).await,
             GangStep::Decide => {
-                let deciding = Deciding { g, own, state };
-                let Some(d) = self.gang_decider().decide(case, &deciding, now).await? else {
+                let planned = state.incident.as_ref();
+                let Some(d) = self.gang_decider(case, g, own, planned).decide(now).await? else {
                     return Ok(());
                 };
                 state.decision = Some(d.clone());

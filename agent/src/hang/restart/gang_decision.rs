@@ -24,29 +24,38 @@ use crate::hang::policy_pipeline::{first, next, Next, Seen, Skip, Step, Unit};
 use super::pager::Pager;
 use super::{Case, RestartPath};
 
-/// A gang's decision, for one pass: what it takes of the worker's evaluation — the context, the
-/// pager, the trail and the gang's reads — and nothing else.
+/// A gang's decision, for one pass: the gang, the member whose agent decides (its case, for the
+/// trail) and the incident the decision was planned on, and what it takes of the worker's
+/// evaluation — the context, the pager, the trail and the gang's reads — and nothing else.
 pub(super) struct GangDecider<'a> {
     pub(super) ctx: &'a Context,
     pub(super) pager: Pager<'a>,
     pub(super) journal: &'a mut Journal,
     reads: &'a mut GangReads,
+    pub(super) case: &'a Case<'a>,
+    pub(super) g: &'a Gang,
+    own: &'a Member,
+    planned: Option<&'a GangIncident>,
 }
 
 impl RestartPath<'_> {
-    /// The gang's decider for this pass.
-    pub(super) fn gang_decider(&mut self) -> GangDecider<'_> {
-        GangDecider {
-            ctx: self.ctx,
-            pager: Pager::new(self.ctx, self.alerts, &mut self.gangs.sent),
-            journal: self.journal,
-            reads: &mut self.gangs.reads,
-        }
+    /// The decider of gang `g`'s decision for this pass: `own` is this worker's member, and
+    /// `planned` the incident its agent planned the decision on.
+    pub(super) fn gang_decider<'a>(
+        &'a mut self,
+        case: &'a Case<'a>,
+        g: &'a Gang,
+        own: &'a Member,
+        planned: Option<&'a GangIncident>,
+    ) -> GangDecider<'a> {
+        let pager = Pager::new(self.ctx, self.alerts, &mut self.gangs.sent);
+        let reads = &mut self.gangs.reads;
+        GangDecider { ctx: self.ctx, pager, journal: self.journal, reads, case, g, own, planned }
     }
 }
 
 /// What a gang's decision carries from one step to the next.
-pub(super) struct GangPass {
+struct GangPass {
     /// The coordinator's clock as the fresh view read it.
     now: Millis,
     /// The fresh view, from `Revalidate` on.
@@ -66,30 +75,18 @@ struct Fresh {
     run: Option<Fruitless>,
 }
 
-/// The gang, the member whose agent decides, and the state the decision was planned on.
-pub(super) struct Deciding<'a> {
-    pub(super) g: &'a Gang,
-    pub(super) own: &'a Member,
-    pub(super) state: &'a GangState,
-}
-
 impl GangDecider<'_> {
     /// The gang's one decision: the steps of [`Unit::Gang`] in one loop, what a stop gives back
     /// given back, the gang's lock released whatever happened. `None`: no decision (another
     /// agent holds the lock, a blocker, a cap, the incident over).
-    pub(super) async fn decide(
-        &mut self,
-        case: &Case<'_>,
-        d: &Deciding<'_>,
-        now: Millis,
-    ) -> Result<Option<Decision>, CoordError> {
+    pub(super) async fn decide(&mut self, now: Millis) -> Result<Option<Decision>, CoordError> {
         let mut pass = GangPass { now, fresh: None, decision: None, late: None };
         let mut lease = None;
         let mut step = first(Unit::Gang);
         let result = loop {
             let ran = match step {
-                Step::Lock => self.take_gang_lock(d.g, &mut lease).await,
-                _ => self.gang_step(step, case, d, &mut pass).await,
+                Step::Lock => self.take_gang_lock(&mut lease).await,
+                _ => self.gang_step(step, &mut pass).await,
             };
             let seen = ran.as_ref().map_or(Seen::Failed, |s| *s);
             match next(Unit::Gang, step, seen, self.ctx.cfg.dry_run) {
@@ -97,7 +94,7 @@ impl GangDecider<'_> {
                 Next::Stop(undo) => {
                     // Observe mode took nothing.
                     if undo.refund_caps && !self.ctx.cfg.dry_run {
-                        self.gang_caps(d.g).refund(pass.now).await;
+                        self.gang_caps().refund(pass.now).await;
                     }
                     break match (ran, pass.late.take()) {
                         (Ok(_), Some(e)) => Err(e),
@@ -108,61 +105,42 @@ impl GangDecider<'_> {
         };
         if let Some(lease) = lease {
             if let Err(e) = lease.release(self.ctx.coord.as_ref()).await {
-                tracing::warn!(error = %e, gang = %d.g.id, "could not release the gang lock; it expires by its TTL");
+                tracing::warn!(error = %e, gang = %self.g.id, "could not release the gang lock; it expires by its TTL");
             }
         }
         result
     }
 
-    async fn take_gang_lock(
-        &mut self,
-        g: &Gang,
-        lease: &mut Option<Lease>,
-    ) -> Result<Seen, CoordError> {
-        let key = self.ctx.keys.gang_lock(&g.id);
+    async fn take_gang_lock(&mut self, lease: &mut Option<Lease>) -> Result<Seen, CoordError> {
+        let key = self.ctx.keys.gang_lock(&self.g.id);
         let ttl = self.ctx.cfg.safety.lock_ttl;
         *lease = Lease::take(self.ctx.coord.as_ref(), key, Lease::random_token(), ttl).await?;
         Ok(lease.as_ref().map_or(Seen::Skip(Skip::LockHeld), |_| Seen::Pass))
     }
 
     /// One step of the decision after the lock.
-    async fn gang_step(
-        &mut self,
-        step: Step,
-        case: &Case<'_>,
-        d: &Deciding<'_>,
-        pass: &mut GangPass,
-    ) -> Result<Seen, CoordError> {
+    async fn gang_step(&mut self, step: Step, pass: &mut GangPass) -> Result<Seen, CoordError> {
         if step == Step::Revalidate {
-            return self.revalidate_gang(case, d, pass).await;
+            return self.revalidate_gang(pass).await;
         }
         let Some(f) = pass.fresh.as_ref() else {
             return Ok(Seen::Skip(Skip::Cancelled(Cancel::Recovered)));
         };
-        let (g, now) = (d.g, pass.now);
+        let now = pass.now;
         match step {
-            Step::Caps => match self.take_gang_caps(g, now).await? {
-                None => Ok(Seen::Pass),
-                Some(refused) => {
-                    let r = (Skip::Blocked, blocked(g, &[refused]));
-                    self.refuse(case, g, &f.inc, &f.members, r, now).await
-                }
-            },
-            Step::Count => self.count_gang_fruitless(g, f.run.as_ref(), &f.members, now).await,
+            Step::Caps => self.take_gang_caps_or_refuse(f, now).await,
+            Step::Count => self.count_gang_fruitless(f, now).await,
             Step::Claim => {
-                let ours = Decision {
-                    decided: now,
-                    incident: f.inc.id.clone(),
-                    only: gp::one_for_all(&f.members, now).map(|m| m.id()),
-                };
-                if self.claimed(g, &ours).await? {
+                let only = gp::one_for_all(&f.members, now).map(|m| m.id());
+                let ours = Decision { decided: now, incident: f.inc.id.clone(), only };
+                if self.claimed(&ours).await? {
                     pass.decision = Some(ours);
                     return Ok(Seen::Pass);
                 }
                 // NB: lost to another agent's decision: the units go back (the run keeps our
                 // count, see `count_gang_fruitless`), whether or not the one that stands can be
                 // read now.
-                match self.standing_decision(g).await {
+                match self.standing_decision().await {
                     Ok(d) => pass.decision = d,
                     Err(e) => pass.late = Some(e),
                 }
@@ -171,7 +149,7 @@ impl GangDecider<'_> {
             // The `restarting` page of the decision that stands (ours, from `Claim`).
             Step::Announce => {
                 if let Some(d) = &pass.decision {
-                    self.announce_decision(case, g, (&f.inc, d), &f.members, now).await?;
+                    self.announce_decision((&f.inc, d), &f.members, now).await?;
                 }
                 Ok(Seen::Pass)
             }
@@ -184,20 +162,14 @@ impl GangDecider<'_> {
     /// decision was planned on and not decided yet (another agent's decision is adopted), a
     /// stale decision of a closed incident removed, still hung, restarts so far that helped,
     /// every member able to take part. A refusal pages once.
-    async fn revalidate_gang(
-        &mut self,
-        case: &Case<'_>,
-        d: &Deciding<'_>,
-        pass: &mut GangPass,
-    ) -> Result<Seen, CoordError> {
-        let t = Timing::of(&self.ctx.cfg);
-        let fresh = self.reads.read(self.ctx, d.g, d.own, true).await?;
+    async fn revalidate_gang(&mut self, pass: &mut GangPass) -> Result<Seen, CoordError> {
+        let (g, t) = (self.g, Timing::of(&self.ctx.cfg));
+        let fresh = self.reads.read(self.ctx, g, self.own, true).await?;
         let now = self.ctx.coord.time().await?.max(pass.now);
         pass.now = now;
         let members = gp::present(&fresh.members, now, &t);
         let state = fresh.state;
-        let Some(inc) = state.incident.clone().filter(|i| Some(i) == d.state.incident.as_ref())
-        else {
+        let Some(inc) = state.incident.clone().filter(|i| Some(i) == self.planned) else {
             return Ok(Seen::Skip(Skip::Cancelled(Cancel::Recovered)));
         };
         if let Some(decided) = state.current_decision() {
@@ -207,7 +179,7 @@ impl GangDecider<'_> {
         if let Some(old) = state.decision.as_ref() {
             // A decision of another (closed) incident whose removal failed: incident ids are
             // unique, so it is stale; under the gang lock, removed (compare-and-delete).
-            let dkey = self.ctx.keys.gang_decision(&d.g.id);
+            let dkey = self.ctx.keys.gang_decision(&g.id);
             self.ctx.coord.del_if_owner(&dkey, &old.encode()).await?;
         }
         if !gp::decidable(inc.started, &members, now, &t) {
@@ -217,17 +189,17 @@ impl GangDecider<'_> {
         // member or a spent breaker a passing one.
         let (run, beats) = (state.fruitless.as_ref(), Beat::of_members(&members));
         if let Some(refusing) = policy_fruitless::refusal(run, &beats, t.max_fruitless) {
-            let r = (Skip::Fruitless, policy_fruitless::describe(refusing, RunOf::Gang(&d.g.id)));
-            return self.refuse(case, d.g, &inc, &members, r, now).await;
+            let r = (Skip::Fruitless, policy_fruitless::describe(refusing, RunOf::Gang(&g.id)));
+            return self.refuse(&inc, &members, r, now).await;
         }
         if let Some(who) = gp::starting(&members) {
-            tracing::debug!(gang = %d.g.id, "the gang's decision waits for the first reads of {who}'s agent");
+            tracing::debug!(gang = %g.id, "the gang's decision waits for the first reads of {who}'s agent");
             return Ok(Seen::Skip(Skip::Blocked));
         }
-        let why = gp::blockers(&members, d.g.size, now, &t);
+        let why = gp::blockers(&members, g.size, now, &t);
         if !why.is_empty() {
-            let r = (Skip::Blocked, blocked(d.g, &why));
-            return self.refuse(case, d.g, &inc, &members, r, now).await;
+            let r = (Skip::Blocked, blocked(g, &why));
+            return self.refuse(&inc, &members, r, now).await;
         }
         pass.fresh = Some(Fresh { inc, members, run: state.fruitless });
         Ok(Seen::Pass)
@@ -238,57 +210,60 @@ impl GangDecider<'_> {
     /// out, so it is never taken back — the store has it. Not there (or another's): lost, the
     /// units go back. A read that fails too is the write's error: the units stay taken (fewer
     /// restarts, never more).
-    async fn claimed(&self, g: &Gang, ours: &Decision) -> Result<bool, CoordError> {
-        let dkey = self.ctx.keys.gang_decision(&g.id);
+    async fn claimed(&self, ours: &Decision) -> Result<bool, CoordError> {
+        let dkey = self.ctx.keys.gang_decision(&self.g.id);
         match self.ctx.coord.set_nx(&dkey, &ours.encode(), MARK_TTL).await {
             Err(e) => {
-                self.standing_decision(g).await.map(|s| s.as_ref() == Some(ours)).map_err(|_| e)
+                self.standing_decision().await.map(|s| s.as_ref() == Some(ours)).map_err(|_| e)
             }
             won => won,
         }
     }
 
     /// The decision that stands for the gang's open incident, as the store has it now.
-    async fn standing_decision(&self, g: &Gang) -> Result<Option<Decision>, CoordError> {
-        let keys = [self.ctx.keys.gang_incident(&g.id), self.ctx.keys.gang_decision(&g.id)];
+    async fn standing_decision(&self) -> Result<Option<Decision>, CoordError> {
+        let id = &self.g.id;
+        let keys = [self.ctx.keys.gang_incident(id), self.ctx.keys.gang_decision(id)];
         let values = self.ctx.coord.get_many(&keys).await?;
         Ok(GangState::decode(&values).current_decision().cloned())
     }
 
     /// The gang's caps: its own breaker (`gang.breaker_per_day`) and the fleet budget, through
     /// the one owner of the caps (`crate::coord::caps`), as a worker's are.
-    fn gang_caps<'g>(&'g self, g: &'g Gang) -> Caps<'g> {
+    fn gang_caps(&self) -> Caps<'_> {
         Caps {
-            breaker: Breaker::Gang { id: &g.id, per_day: self.ctx.cfg.gang.breaker_per_day },
+            breaker: Breaker::Gang { id: &self.g.id, per_day: self.ctx.cfg.gang.breaker_per_day },
             ..Caps::node(self.ctx.coord.as_ref(), &self.ctx.keys, &self.ctx.cfg.safety)
         }
     }
 
     /// One unit of the gang's breaker for the day, then one of the fleet budget (the breaker's
-    /// given back when the budget refuses or does not answer: `Caps::take`). `Some(why)`: refused.
+    /// given back when the budget refuses or does not answer: `Caps::take`). Refused: the
+    /// decision is refused as blocked — its page sent and its trail entry written (`refuse`).
     /// Observe mode takes nothing.
-    async fn take_gang_caps(
+    async fn take_gang_caps_or_refuse(
         &mut self,
-        g: &Gang,
+        f: &Fresh,
         now: Millis,
-    ) -> Result<Option<String>, CoordError> {
+    ) -> Result<Seen, CoordError> {
         if self.ctx.cfg.dry_run {
-            return Ok(None);
+            return Ok(Seen::Pass);
         }
         // NB: both units or none (`Caps::take`), as for a worker's restart.
-        Ok(match self.gang_caps(g).take(now).await? {
-            Allowance::Granted => None,
-            Allowance::BreakerOpen => Some(format!(
+        let refused = match self.gang_caps().take(now).await? {
+            Allowance::Granted => return Ok(Seen::Pass),
+            Allowance::BreakerOpen => format!(
                 "the gang's breaker is open: {} gang restart(s) already today (UTC {}, gang.breaker_per_day)",
                 self.ctx.cfg.gang.breaker_per_day,
                 breaker_day(now)
-            )),
-            Allowance::BudgetExhausted => Some(format!(
+            ),
+            Allowance::BudgetExhausted => format!(
                 "the fleet restart budget is exhausted ({} per {})",
                 self.ctx.cfg.safety.fleet_budget,
                 humantime::format_duration(self.ctx.cfg.safety.fleet_window)
-            )),
-        })
+            ),
+        };
+        self.refuse(&f.inc, &f.members, (Skip::Blocked, blocked(self.g, &[refused])), now).await
     }
 
     /// The decision at `now` is one more restart of every member in the gang's run (a run that
@@ -299,20 +274,15 @@ impl GangDecider<'_> {
     /// without the lock (its lease expired, a failover forgot it) and counted itself in the run
     /// we read: writing the old run back would erase its count. One too many refuses one
     /// restart early; one too few lets one more through.
-    async fn count_gang_fruitless(
-        &mut self,
-        g: &Gang,
-        run: Option<&Fruitless>,
-        members: &[Member],
-        now: Millis,
-    ) -> Result<Seen, CoordError> {
+    async fn count_gang_fruitless(&mut self, f: &Fresh, now: Millis) -> Result<Seen, CoordError> {
         if self.ctx.cfg.dry_run {
             return Ok(Seen::Pass);
         }
-        let run = policy_fruitless::after_restart(run, &Beat::of_members(members), now);
-        let key = self.ctx.keys.gang_fruitless(&g.id);
+        let beats = Beat::of_members(&f.members);
+        let run = policy_fruitless::after_restart(f.run.as_ref(), &beats, now);
+        let key = self.ctx.keys.gang_fruitless(&self.g.id);
         self.ctx.coord.set(&key, &run.encode(), FRUITLESS_TTL).await?;
-        self.reads.runs.insert(g.id.clone(), run);
+        self.reads.runs.insert(self.g.id.clone(), run);
         Ok(Seen::Pass)
     }
 }

@@ -116,11 +116,9 @@ impl PaceWatch<'_> {
         self.ctx.metrics.lost.add("slow", self.pace.deficit(verdict, now), now);
         match verdict {
             PaceVerdict::Slow { since, rate, baseline } => {
-                self.slow_began(&g, own, since, rate, baseline, now).await
+                self.slow_began(&g, own, (since, rate, baseline), now).await
             }
             PaceVerdict::Recovered { rate, baseline } => {
-                self.pace.episode_seen = false;
-                self.pace.named = None;
                 self.slow_ended(&g, rate, baseline, now).await
             }
             _ => self.at_pace(&g, own, now).await,
@@ -150,9 +148,7 @@ impl PaceWatch<'_> {
         &mut self,
         g: &Gang,
         own: &Member,
-        since: Millis,
-        rate: f64,
-        baseline: f64,
+        (since, rate, baseline): (Millis, f64, f64),
         now: Millis,
     ) -> Result<(), CoordError> {
         let key = self.ctx.keys.gang_slow(&g.id);
@@ -225,17 +221,12 @@ impl PaceWatch<'_> {
         self.ctx.coord.set(&key, &value, lease).await?;
         self.hear_episode(g, own, Some(&value));
         self.ctx.metrics.pace.episodes.inc();
-        // NB: the evidence read back from the value, as a page rebuilt from it (`page_owed`).
-        let a = self.slow_alert(g, &members, why_of(&value), at, (since, rate, baseline), now);
-        let claim = self.ctx.keys.gang_alert(&g.id, &claim_id(&value), "slow");
         let (node, worker) = (at.node.clone(), at.worker.clone());
-        let opened = SlowOpened { value, node, worker, renewed: now, paged: false };
+        let opened = SlowOpened { value: value.clone(), node, worker, renewed: now, paged: false };
         self.slow.insert(g.id.clone(), opened);
         // NB: a claim that gets no answer leaves the page owed: `follow_episode` tries again
         // while the member is slow.
-        self.pager.page_once(&claim, MARK_TTL, a, Unit::Gang, now).await?;
-        self.paged(g);
-        Ok(())
+        self.page_slow(g, &members, (&value, at), (since, rate, baseline), now).await
     }
 
     /// The `slow` page of the episode this agent opened went out.
@@ -253,19 +244,20 @@ impl PaceWatch<'_> {
         self.pace.named = here.map(|n| (g.id.clone(), n));
     }
 
-    /// The `slow` page: the gang, its rate against its usual, for how long, the member named
-    /// (`at`) and why (`why`; `None`: nobody stands out, and `at` is the opener's member).
-    pub(super) fn slow_alert(
-        &self,
+    /// The `slow` page of the episode `value`, sent once per episode (its claim), then marked
+    /// paged: the gang, its rate against its usual, for how long, the member named (`at`) and
+    /// why (the evidence read back from the value, as a page rebuilt from it says it:
+    /// `follow_episode`; none: nobody stands out, and `at` is the opener's member).
+    pub(super) async fn page_slow(
+        &mut self,
         g: &Gang,
         members: &[Member],
-        why: Option<&str>,
-        at: &Member,
+        (value, at): (&str, &Member),
         (since, rate, baseline): (Millis, f64, f64),
         now: Millis,
-    ) -> crate::alerts::Alert {
+    ) -> Result<(), CoordError> {
         let (worker, node) = (&at.worker, &at.node);
-        let who = match why {
+        let who = match why_of(value) {
             Some(why) => format!("the member it waits for is {worker} on node {node}: {why}"),
             None => "no member's evidence stands out (workers that publish compute_ms, and GPUs NVML reads, name the rank)".to_string(),
         };
@@ -274,11 +266,16 @@ impl PaceWatch<'_> {
         let detail = format!(
             "gang {gang} runs slow: {pace} ({pct:.0} %) for {took}; {who}. Vigil does not restart for slowness"
         );
-        self.pager.gang_alert(AlertKind::Slow, g, members, Some(at), detail)
+        let a = self.pager.gang_alert(AlertKind::Slow, g, members, Some(at), detail);
+        let claim = self.ctx.keys.gang_alert(&g.id, &claim_id(value), "slow");
+        self.pager.page_once(&claim, MARK_TTL, a, Unit::Gang, now).await?;
+        self.paged(g);
+        Ok(())
     }
 
-    /// The opener, its member back at its pace: end the episode (compare-and-delete, then the
-    /// quiet mark for `slow_for`), resolve the alert it sent, say `slow-over` once.
+    /// Its member back at its pace: named no more, and asked again at its next slow run. The
+    /// opener ends the episode (compare-and-delete, then the quiet mark for `slow_for`), resolves
+    /// the alert it sent, says `slow-over` once.
     async fn slow_ended(
         &mut self,
         g: &Gang,
@@ -286,6 +283,8 @@ impl PaceWatch<'_> {
         baseline: f64,
         now: Millis,
     ) -> Result<(), CoordError> {
+        self.pace.episode_seen = false;
+        self.pace.named = None;
         let Some(SlowOpened { value, node, worker, paged, .. }) = self.slow.get(&g.id).cloned()
         else {
             return Ok(());

@@ -8,13 +8,11 @@
 
 use crate::clock::{ms, Millis};
 use crate::coord::CoordError;
-use crate::hang::marks::MARK_TTL;
 use crate::hang::model::Gang;
 use crate::hang::model_gang::{member_id, Member, PaceKept, SlowOpened};
-use crate::hang::model_slow::{claim_id, lease, opened_of, opener_of, placed_at, settled};
-use crate::hang::model_slow::{rates_of, since_of, why_of, MOST};
+use crate::hang::model_slow::{lease, opened_of, opener_of, placed_at, rates_of, settled};
+use crate::hang::model_slow::{since_of, MOST};
 use crate::hang::policy_gang::{self as gp, Timing};
-use crate::hang::policy_pipeline::Unit;
 
 use super::gang_pace::PaceWatch;
 
@@ -104,27 +102,6 @@ impl PaceWatch<'_> {
         Ok(())
     }
 
-    /// The episode's `slow` page, not gone out from this process (the caller checks `o.paged`):
-    /// after its opener took it back (an opener that died between naming it and claiming the
-    /// page left it unpaged), or after its claim got no answer. The page's claim says whether
-    /// it went: a page already sent is not sent again (at least once, as every page: an opener
-    /// that died after sending but before its cycle settled the claim, back after the claim's
-    /// lease, pages again). The page is rebuilt from what the episode's value says (its run,
-    /// its rates, the member named and why).
-    async fn page_owed(&mut self, g: &Gang, o: &SlowOpened, now: Millis) -> Result<(), CoordError> {
-        let (value, at) = (o.value.as_str(), Member::working(&o.node, &o.worker, now));
-        // NB: the claim lives a day (`MARK_TTL`), as an episode is renewed: one older than that
-        // may have been paged under a claim gone since, and lapses soon.
-        let young = opened_of(value).is_some_and(|at| now - at < MOST);
-        if let (Some(since), Some(rates), true) = (since_of(value), rates_of(value), young) {
-            let a = self.slow_alert(g, &[], why_of(value), &at, (since, rates.0, rates.1), now);
-            let claim = self.ctx.keys.gang_alert(&g.id, &claim_id(value), "slow");
-            self.pager.page_once(&claim, MARK_TTL, a, Unit::Gang, now).await?;
-        }
-        self.paged(g);
-        Ok(())
-    }
-
     /// The opener, as it reads its episode (`held`: the key's value now): still its own, its
     /// lease renewed once a fifth of it passed while its member is measured (a member held,
     /// idle or hung keeps no episode open), for at most a day from its opening, and its page
@@ -147,6 +124,8 @@ impl PaceWatch<'_> {
             return Ok(());
         }
         let lease = lease(&self.ctx.cfg.gang.pace);
+        // NB: the page's claim lives a day (`MARK_TTL`), as an episode is renewed: one older than
+        // that may have been paged under a claim gone since, and lapses soon.
         let young = opened_of(&o.value).is_some_and(|at| now - at < MOST);
         if now - o.renewed >= ms(lease) / 5 && young && self.pace.rate.is_some() {
             let key = self.ctx.keys.gang_slow(&g.id);
@@ -159,6 +138,17 @@ impl PaceWatch<'_> {
         if !slow || o.paged {
             return Ok(());
         }
-        self.page_owed(g, &o, now).await
+        // NB: the page not gone out from this process: after its opener took it back (an opener
+        // that died between naming it and claiming the page left it unpaged), or after its claim
+        // got no answer. The page's claim says whether it went: a page already sent is not sent
+        // again (at least once, as every page: an opener that died after sending but before its
+        // cycle settled the claim, back after the claim's lease, pages again). It is rebuilt
+        // from what the episode's value says (its run, its rates, the member named and why).
+        let at = Member::working(&o.node, &o.worker, now);
+        if let (Some(since), Some(rates), true) = (since_of(&o.value), rates_of(&o.value), young) {
+            return self.page_slow(g, &[], (&o.value, &at), (since, rates.0, rates.1), now).await;
+        }
+        self.paged(g);
+        Ok(())
     }
 }

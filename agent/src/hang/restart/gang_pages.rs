@@ -51,13 +51,11 @@ impl GangDecider<'_> {
     /// The decision's `restarting` page (`would-restart` in observe mode) and its trail entry.
     pub(super) async fn announce_decision(
         &mut self,
-        case: &Case<'_>,
-        g: &Gang,
         (inc, d): (&GangIncident, &Decision),
         members: &[Member],
         now: Millis,
     ) -> Result<(), CoordError> {
-        let first = gp::first_stopped(members, now);
+        let (g, first) = (self.g, gp::first_stopped(members, now));
         let (kind, verb) = match self.ctx.cfg.dry_run {
             true => (AlertKind::WouldRestart, "would restart"),
             false => (AlertKind::Restarting, "restarting"),
@@ -79,8 +77,7 @@ impl GangDecider<'_> {
             ),
         };
         // NB: what the decision stood on, for the person reading the page at 3 a.m.
-        let t = gp::Timing::of(&self.ctx.cfg);
-        let evidence = match gp::due_on(inc.started, members, now, &t) {
+        let evidence = match gp::due_on(inc.started, members, now, &gp::Timing::of(&self.ctx.cfg)) {
             Some(gp::Basis::Learned { since, wait }) => format!(
                 " On the learned rhythm: every member silent past the silence learned of it, for {} (its learned wait {}).",
                 human(now - since),
@@ -100,7 +97,8 @@ impl GangDecider<'_> {
         // says the decision whatever became of its page.
         let stands = (self.ctx.keys.gang_decision(&g.id), d.encode());
         let paged = self.pager.page_once_owed(&akey, a, stands, now).await;
-        self.journal.note(now, case.about().incident(&inc.id), Code::GangDecided, detail).await?;
+        let about = self.case.about().incident(&inc.id);
+        self.journal.note(now, about, Code::GangDecided, detail).await?;
         paged.map(drop)
     }
 
@@ -110,8 +108,6 @@ impl GangDecider<'_> {
     /// (the skip's code); the pass stops at its skip.
     pub(super) async fn refuse(
         &mut self,
-        case: &Case<'_>,
-        g: &Gang,
         inc: &GangIncident,
         members: &[Member],
         (skip, detail): (Skip, String),
@@ -122,12 +118,12 @@ impl GangDecider<'_> {
             Skip::Fruitless => (AlertKind::Fruitless, "fruitless"),
             _ => (AlertKind::GangBlocked, "blocked"),
         };
-        let key = self.ctx.keys.gang_alert(&g.id, &inc.id, dedup);
+        let key = self.ctx.keys.gang_alert(&self.g.id, &inc.id, dedup);
         let first = gp::first_stopped(members, now);
-        let mut a = self.pager.gang_alert(kind, g, members, first, detail.clone());
+        let mut a = self.pager.gang_alert(kind, self.g, members, first, detail.clone());
         a.incident = Some(inc.id.clone());
         self.pager.page_once(&key, MARK_TTL, a, Unit::Gang, now).await?;
-        let about = case.about().incident(&inc.id).once();
+        let about = self.case.about().incident(&inc.id).once();
         self.journal.note(now, about, skip.code(), detail).await?;
         Ok(Seen::Skip(skip))
     }
@@ -186,12 +182,7 @@ impl Pager<'_> {
 
 /// The page's account of a hung gang: how many members, who stopped first, where, and what its
 /// node knows.
-pub(super) fn describe_hang(
-    g: &Gang,
-    members: &[Member],
-    first: Option<&Member>,
-    now: Millis,
-) -> String {
+fn describe_hang(g: &Gang, members: &[Member], first: Option<&Member>, now: Millis) -> String {
     let count = match g.size {
         Some(n) => format!("{} of {n} members report", members.len()),
         None => format!("{} members", members.len()),

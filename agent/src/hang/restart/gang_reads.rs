@@ -34,9 +34,8 @@ impl GangReads {
             with_own(&mut v.members, own);
             return Ok(v);
         }
-        let coord = ctx.coord.clone();
-        let keys = &ctx.keys;
-        let state = crate::hang::gang_marks::read_state(coord.as_ref(), keys, &g.id).await?;
+        let (coord, keys) = (ctx.coord.as_ref(), &ctx.keys);
+        let state = crate::hang::gang_marks::read_state(coord, keys, &g.id).await?;
         match &state.fruitless {
             Some(run) => self.runs.insert(g.id.clone(), run.clone()),
             None => self.runs.remove(&g.id),
@@ -44,7 +43,7 @@ impl GangReads {
         let reader = fresh
             || coord.set_nx(&keys.gang_reader(&g.id), keys.node(), ctx.cfg.poll_interval).await?;
         let mut members = match reader {
-            true => crate::hang::gang_marks::read_view(coord.as_ref(), keys, &g.id, g.size).await?,
+            true => crate::hang::gang_marks::read_view(coord, keys, &g.id, g.size).await?,
             false => Vec::new(),
         };
         with_own(&mut members, own);

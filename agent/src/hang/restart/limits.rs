@@ -5,7 +5,7 @@ use crate::alerts::AlertKind;
 use crate::clock::Millis;
 use crate::coord::caps::{breaker_day, fleet_window, Allowance, Caps, BREAKER_TTL};
 use crate::coord::CoordError;
-use crate::hang::policy_pipeline::Unit;
+use crate::hang::policy_pipeline::{Seen, Unit};
 
 use super::pipeline::Pipeline;
 use super::{Act, Skip};
@@ -27,7 +27,7 @@ impl Pipeline<'_> {
         act: &Act<'_>,
         now: Millis,
         peek: bool,
-    ) -> Result<Option<Skip>, CoordError> {
+    ) -> Result<Seen, CoordError> {
         let caps = self.caps(act);
         let said = match peek || self.ctx.cfg.dry_run {
             true => caps.look(now).await?,
@@ -36,7 +36,7 @@ impl Pipeline<'_> {
         let s = &self.ctx.cfg.safety;
         // The page (under `key`, for `ttl`), and what the trail says.
         let (kind, skip, page, key, ttl, detail) = match said {
-            Allowance::Granted => return Ok(None),
+            Allowance::Granted => return Ok(Seen::Pass),
             Allowance::BreakerOpen => {
                 let (per_day, day) = (s.breaker_per_day, breaker_day(now));
                 // The page: one a day.
@@ -57,6 +57,6 @@ impl Pipeline<'_> {
         };
         let alert = self.pager.alert_for(kind, act.case, None, now, page);
         self.pager.page_once(&key, ttl, alert, Unit::Worker, now).await?;
-        self.skip(now, act, skip, detail, true).await.map(Some)
+        self.skip(now, act, skip, detail, true).await
     }
 }

@@ -9,7 +9,6 @@
 //! this agent sent — and nothing else of the worker's evaluation (`RestartPath::pager`, or the
 //! one each object that pages is built with: `Pipeline`, `GangDecider`, `PaceWatch`).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::alerts::gate::{AlertGate, Owed};
@@ -19,14 +18,10 @@ use crate::coord::CoordError;
 use crate::hang::context::Context;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::Gang;
-use crate::hang::model_gang::Member;
+use crate::hang::model_gang::{Member, Sent};
 use crate::hang::policy_pipeline::Unit;
 
 use super::{Act, Case, RestartPath};
-
-/// The gang alerts this agent sent and has not resolved, by gang: (node, worker) as the alert
-/// named them (`GangCycle::sent`).
-pub(super) type Sent = BTreeMap<String, Vec<(String, String)>>;
 
 /// What a step needs to page: the context, the alert gate, the gang alerts this agent sent.
 pub(super) struct Pager<'a> {

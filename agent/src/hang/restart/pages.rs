@@ -16,7 +16,7 @@ use crate::hang::policy_pipeline::Unit;
 use crate::hang::policy_record;
 use crate::trail::Code;
 
-use super::{Case, RestartPath};
+use super::{Act, Case, RestartPath};
 
 /// The kind of an episode's alert.
 pub(super) fn episode_kind(e: Episode) -> AlertKind {
@@ -74,15 +74,15 @@ impl RestartPath<'_> {
             let evidence = self.gpu_evidence.join("; ");
             detail.push_str(&format!("; GPU evidence: {evidence}"));
         }
-        let mut alert = self.pager().alert_for(kind, case, Some(since), now, detail);
-        alert.incident = Some(inc.id.clone());
-        let key = self.ctx.keys.alert_dedup(&inc.id, case.v.as_str());
-        if !self.pager().page_once(&key, MARK_TTL, alert, Unit::Worker, now).await? {
+        // Once per incident and verdict (the verdict names the page in the incident's key).
+        // NB: `order` plays no part in paging (`act_alert`, `page_incident`, `about`).
+        let act = Act { case, inc, since, order: None };
+        let alert = self.pager().act_alert(kind, &act, now, detail);
+        if !self.pager().page_incident(&act, case.v.as_str(), alert, now).await? {
             return Ok(());
         }
         let detail = format!("{} alert sent", kind.as_str());
-        let about = case.about().incident(&inc.id);
-        self.journal.note(now, about, Code::Alerted, detail).await
+        self.journal.note(now, act.about(), Code::Alerted, detail).await
     }
 
     /// An alert-only episode's page: the key is the episode itself (the first observer pages).

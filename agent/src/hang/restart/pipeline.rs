@@ -35,13 +35,9 @@ pub(super) struct Pipeline<'a> {
 impl RestartPath<'_> {
     /// The pipeline for a pass of this worker's evaluation.
     pub(super) fn pipeline(&mut self) -> Pipeline<'_> {
-        Pipeline {
-            ctx: self.ctx,
-            pager: Pager::new(self.ctx, self.alerts, &mut self.gangs.sent),
-            journal: self.journal,
-            watch: self.watch,
-            judge: Judge { policy: &self.ctx.cfg.policy, rhythm: self.rhythm },
-        }
+        let pager = Pager::new(self.ctx, self.alerts, &mut self.gangs.sent);
+        let judge = Judge { policy: &self.ctx.cfg.policy, rhythm: self.rhythm };
+        Pipeline { ctx: self.ctx, pager, journal: self.journal, watch: self.watch, judge }
     }
 }
 
@@ -90,7 +86,7 @@ impl Pipeline<'_> {
         act: &Act<'_>,
         pass: &mut Pass,
     ) -> Result<Seen, CoordError> {
-        let refused = match step {
+        match step {
             Step::Decide => self.decide(act, pass.now, &mut pass.how).await,
             // Cheap: an open breaker collects no logs and posts no restart alert.
             Step::Peek => self.blocked_by_caps(act, pass.now, true).await,
@@ -109,7 +105,7 @@ impl Pipeline<'_> {
             }
             Step::Claim => match &pass.lease {
                 Some(lease) => self.hold_lock_and_mark(act, lease, pass.now).await,
-                None => Ok(Some(Skip::LockExpiring)),
+                None => Ok(Seen::Skip(Skip::LockExpiring)),
             },
             // NB: once more right before the command: the increments and marker writes above
             // are round trips, and a person's restart, stop or pause (or a maintenance notice)
@@ -118,17 +114,16 @@ impl Pipeline<'_> {
             Step::Recheck => self.node_and_container_checks(act, pass.now).await,
             Step::Command => {
                 pass.call = Some(self.command(act, &pass.how).await);
-                Ok(None)
+                Ok(Seen::Pass)
             }
             // The command's two outcomes, each its own answer.
             Step::Verify => {
                 let call = pass.call.take().unwrap_or(Ok(()));
-                return self.verify(act, call, &pass.how, pass.now).await;
+                self.verify(act, call, &pass.how, pass.now).await
             }
             // A gang's steps (`super::gang`): never in a worker's pass.
-            Step::Count | Step::Announce => Ok(None),
-        };
-        Ok(refused?.map_or(Seen::Pass, Seen::Skip))
+            Step::Count | Step::Announce => Ok(Seen::Pass),
+        }
     }
 
     /// Give back what a stopped pass holds (best-effort: what fails here expires by its TTL).
@@ -147,19 +142,19 @@ impl Pipeline<'_> {
         }
     }
 
-    /// Take the node lock into `lease`. `Some(LockHeld)`: another instance holds it and acts.
+    /// Take the node lock into `lease`. `LockHeld`: another instance holds it and acts.
     async fn take_lock(
         &mut self,
         act: &Act<'_>,
         now: Millis,
         lease: &mut Option<Lease>,
-    ) -> Result<Option<Skip>, CoordError> {
+    ) -> Result<Seen, CoordError> {
         let (key, ttl) = (self.ctx.keys.lock(), self.ctx.cfg.safety.lock_ttl);
         *lease = Lease::take(self.ctx.coord.as_ref(), key, Lease::random_token(), ttl).await?;
         if lease.is_some() {
-            return Ok(None);
+            return Ok(Seen::Pass);
         }
         let detail = "another instance holds this node's lock; it acts, we skip".to_string();
-        self.skip(now, act, Skip::LockHeld, detail, true).await.map(Some)
+        self.skip(now, act, Skip::LockHeld, detail, true).await
     }
 }

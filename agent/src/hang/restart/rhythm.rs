@@ -26,17 +26,9 @@ pub(super) struct Judge<'p, 'r> {
 }
 
 impl<'p> Judge<'p, '_> {
-    /// The rule the worker's verdict is judged by: its learned silence
-    /// (`policy_rhythm::judged_by`), or — for a gang member — the fixed rule.
-    ///
-    /// NB: a gang member's own verdict (its entry's `v`) keeps the fixed rule: one member
-    /// stopped on its learned silence beside members judged by the fixed one would read as a
-    /// straggler. Its learned rule rides in its entry (`Member::learned`), and the gang decides
-    /// on learned evidence only when every member's has one.
+    /// The rule the worker's verdict is judged by: its learned silence, or — for a gang member
+    /// — the fixed rule (`policy_rhythm::judged_by`).
     pub(super) fn verdict_rules(&self, status: Option<&WorkerStatus>) -> Cow<'p, PolicyConfig> {
-        if status.is_some_and(|s| s.gang.is_some()) {
-            return Cow::Borrowed(self.policy);
-        }
         policy_rhythm::judged_by(self.policy, self.rhythm, status)
     }
 

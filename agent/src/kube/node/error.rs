@@ -86,15 +86,13 @@ impl NodeError {
     pub fn op(&self) -> &'static str {
         match self {
             NodeError::NotFound { op, .. } => op,
-            NodeError::Forbidden { resource, .. } | NodeError::Api { resource, .. }
-                if *resource == "events" =>
-            {
-                "event"
+            NodeError::Forbidden { verb, resource, .. } | NodeError::Api { verb, resource, .. } => {
+                match (*resource, *verb) {
+                    ("events", _) => "event",
+                    (_, "patch") => "patch",
+                    _ => "get",
+                }
             }
-            NodeError::Forbidden { verb, .. } | NodeError::Api { verb, .. } => match *verb {
-                "patch" => "patch",
-                _ => "get",
-            },
             NodeError::Conflict { .. } | NodeError::NoResourceVersion { .. } => "patch",
             NodeError::Decode { .. } | NodeError::Client { .. } => "get",
         }

@@ -14,13 +14,11 @@ use crate::vocab::maintenance::{MaintenanceEvent, UpcomingMaintenance, UpcomingS
 /// must not be mistaken for `NONE` (a false "all clear") nor for an event.
 pub(crate) fn parse_maintenance_event(body: &str) -> Result<MaintenanceEvent, MetadataError> {
     MaintenanceEvent::parse(body).ok_or_else(|| {
-        MetadataError::malformed(
-            MAINTENANCE_EVENT_PATH,
-            format!(
-                "expected NONE, MIGRATE_ON_HOST_MAINTENANCE or TERMINATE_ON_HOST_MAINTENANCE, got {:?}",
-                snippet(body.trim())
-            ),
-        )
+        let detail = format!(
+            "expected NONE, MIGRATE_ON_HOST_MAINTENANCE or TERMINATE_ON_HOST_MAINTENANCE, got {:?}",
+            snippet(body.trim())
+        );
+        MetadataError::malformed(MAINTENANCE_EVENT_PATH, detail)
     })
 }
 
@@ -28,10 +26,8 @@ pub(crate) fn parse_maintenance_event(body: &str) -> Result<MaintenanceEvent, Me
 pub(crate) fn parse_preempted(body: &str) -> Result<bool, MetadataError> {
     let v = body.trim();
     v.to_ascii_lowercase().parse().map_err(|_| {
-        MetadataError::malformed(
-            PREEMPTED_PATH,
-            format!("expected TRUE or FALSE, got {:?}", snippet(v)),
-        )
+        let detail = format!("expected TRUE or FALSE, got {:?}", snippet(v));
+        MetadataError::malformed(PREEMPTED_PATH, detail)
     })
 }
 

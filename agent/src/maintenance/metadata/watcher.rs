@@ -304,17 +304,13 @@ impl KeyState {
 
     /// A failed request: counted; the pause before the next one.
     fn on_error(&mut self, ctx: &Ctx, e: &MetadataError) -> Duration {
+        use MetadataError as E;
         let key = self.key;
         ctx.metrics.maintenance.metadata_error(key.as_str(), e.kind());
         // NB: a key the server does not have or refuses is as read as it will be; a 503 (sub-
         // second during host maintenance), a 429 or a timeout is not: its value may be the
         // notice itself.
-        if matches!(
-            e,
-            MetadataError::NotFound { .. }
-                | MetadataError::Forbidden { .. }
-                | MetadataError::BadHost { .. }
-        ) {
+        if matches!(e, E::NotFound { .. } | E::Forbidden { .. } | E::BadHost { .. }) {
             self.settle(ctx);
         }
         match e {

@@ -98,17 +98,13 @@ impl FirstReads {
         if self.over {
             return (None, None);
         }
-        match unread(metadata, node) {
-            None => {
-                self.over = true;
-                (None, Some(WaitEnded::Read))
-            }
-            Some(what) if now >= self.deadline => {
-                self.over = true;
-                (None, Some(WaitEnded::GaveUp(what)))
-            }
-            waiting => (waiting, None),
-        }
+        let ended = match unread(metadata, node) {
+            None => WaitEnded::Read,
+            Some(what) if now >= self.deadline => WaitEnded::GaveUp(what),
+            waiting => return (waiting, None),
+        };
+        self.over = true;
+        (None, Some(ended))
     }
 }
 

@@ -49,8 +49,7 @@ impl Controller {
         self.announce_episodes(&report).await;
         let was_hung = self.gpu.report().state == GpuMonitorState::NvmlHung;
         if report.state == GpuMonitorState::NvmlHung && !was_hung {
-            let message = format!("vigil: {}", hung_line(&report));
-            self.node.event("VigilGpuNvmlHung", &message, EventType::Warning).await;
+            self.node.event("VigilGpuNvmlHung", &hung_line(&report), EventType::Warning).await;
         }
         self.show_health(report).await;
     }
@@ -59,12 +58,9 @@ impl Controller {
     /// error is one Event until it has been quiet for `gpu.xid_threshold.window`.
     async fn announce_episodes(&mut self, report: &GpuReport) {
         for b in new_begun(report, &mut self.gpu_begun_seen) {
-            let kind = match b.action {
-                Some(XidAction::Informational) => EventType::Normal,
-                _ => EventType::Warning,
-            };
-            let message = format!("vigil: {}", b.detail);
-            self.node.event("VigilGpuXid", &message, kind).await;
+            let informational = b.action == Some(XidAction::Informational);
+            let kind = if informational { EventType::Normal } else { EventType::Warning };
+            self.node.event("VigilGpuXid", &b.detail, kind).await;
         }
     }
 
@@ -72,9 +68,7 @@ impl Controller {
     /// an alert when the kind's health, its headline facts or its reasons change.
     pub(crate) async fn show_health<A: Shown>(&mut self, report: A) {
         let metrics = self.metrics.clone();
-        let Some(change) = A::tracker(self).fold(report, &metrics) else {
-            return;
-        };
+        let Some(change) = A::tracker(self).fold(report, &metrics) else { return };
         let r = A::tracker(self).report().clone();
         r.show(self);
         if r.noted(change.prev) {
@@ -85,8 +79,7 @@ impl Controller {
             return;
         }
         let (reason, kind) = event_for(A::NAMES, r.health());
-        let message = format!("vigil: {}", change.detail);
-        self.node.event(reason, &message, kind).await;
+        self.node.event(reason, &change.detail, kind).await;
         if let (Health::Failed, Some(n)) = (r.health(), &self.notifier) {
             let detail = format!("{}; {}", change.detail, A::ADVICE);
             n.send(&Alert::new(A::ALERT, &self.cfg.node_name, detail)).await;

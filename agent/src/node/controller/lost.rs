@@ -5,10 +5,8 @@
 use crate::accel::gpu::model::{GpuHealth, GpuReport};
 use crate::clock::{Clock, Millis, SystemClock};
 use crate::hang::policy_lost::Interrupted;
-use crate::maintenance::policy::interruption_starts;
 use crate::trail::Code;
-use crate::vocab::maintenance::{Interruption, MaintenanceState};
-use crate::vocab::stand_down::interrupting;
+use crate::vocab::maintenance::Interruption;
 
 use super::Controller;
 
@@ -22,20 +20,11 @@ pub(super) struct Losses {
 }
 
 impl Controller {
-    /// A maintenance transition: an interruption begins, or one ends and its time is counted.
-    pub(super) async fn lose_to_transition(
-        &mut self,
-        prev: &MaintenanceState,
-        next: &MaintenanceState,
-        now: Millis,
-    ) {
-        if interruption_starts(prev.phase, next.phase) {
-            let preempted = next.interruption == Some(Interruption::Preemption);
-            let cause = if preempted { "preemption" } else { "maintenance" };
-            self.losses.interrupted = Some(Interrupted { cause, notice: now, checkpoint: None });
-        } else if interrupting(prev.phase) && !interrupting(next.phase) {
-            self.end_interruption(now, "it ended").await;
-        }
+    /// An interruption of this `kind` begins at `now` (its notice): its time is lost from here
+    /// until [`Controller::end_interruption`].
+    pub(super) fn begin_interruption(&mut self, kind: Interruption, now: Millis) {
+        let cause = if kind == Interruption::Preemption { "preemption" } else { "maintenance" };
+        self.losses.interrupted = Some(Interrupted { cause, notice: now, checkpoint: None });
     }
 
     /// A checkpoint round ended: the interruption under way has had its checkpoint.
@@ -47,9 +36,7 @@ impl Controller {
 
     /// The interruption under way ends at `now` (`how`): counted, and said in the trail.
     pub(super) async fn end_interruption(&mut self, now: Millis, how: &str) {
-        let Some(i) = self.losses.interrupted.take() else {
-            return;
-        };
+        let Some(i) = self.losses.interrupted.take() else { return };
         let (total, line) = i.ended(now, how);
         self.metrics.lost.add(i.cause, total, now);
         self.note(Code::TimeLost, line).await;

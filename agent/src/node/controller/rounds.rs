@@ -44,19 +44,19 @@ impl Controller {
 
     /// A finished round: the trail per worker, the Node's last-checkpoint annotation, an Event.
     async fn record_round(&mut self, reason: &str, results: &[WorkerResult]) {
-        let now = self.notes.now().await;
+        let now = self.now().await;
         self.last_round_ended = Some(tokio::time::Instant::now());
         self.lose_to_round(now);
         let summary = self.rounds.finish(reason, results, now);
         for r in results {
             let (code, detail) = trail_line(reason, r);
-            self.notes.note(self.state.phase, &r.worker, code, detail).await;
+            self.note_about(&r.worker, code, detail).await;
         }
         self.node.view.last_checkpoint = Some(summary.clone());
         self.node.publish().await;
         let acked = results.iter().all(|r| r.outcome == Outcome::Acked);
         let kind = if acked { EventType::Normal } else { EventType::Warning };
-        let message = format!("vigil: checkpoint requested ({summary})");
+        let message = format!("checkpoint requested ({summary})");
         self.node.event("VigilCheckpoint", &message, kind).await;
     }
 

@@ -14,16 +14,14 @@ impl Controller {
     /// Event for each gang that newly names it; the taint's hold followed. Whether the Node must
     /// be written.
     pub(super) async fn take_slow(&mut self) -> bool {
-        let Some(rx) = self.slow_rx.as_mut() else {
-            return false;
-        };
+        let Some(rx) = self.slow_rx.as_mut() else { return false };
         let changed = rx.has_changed().unwrap_or(false);
         if changed {
             let named = rx.borrow_and_update().clone();
             let new: Vec<String> = named
                 .iter()
                 .filter(|(g, _)| !self.node.view.slow.contains_key(*g))
-                .map(|(_, n)| format!("vigil: {}", n.line))
+                .map(|(_, n)| n.line.clone())
                 .collect();
             self.node.view.slow = named;
             for message in new {
@@ -35,7 +33,7 @@ impl Controller {
         if pace.taint.effect().is_none() || (v.slow.is_empty() && v.slow_until.is_none()) {
             return changed;
         }
-        let now = self.notes.now().await;
+        let now = self.now().await;
         let v = &mut self.node.view;
         if !v.slow.is_empty() {
             v.slow_until = Some(now + ms(pace.taint_for));
