@@ -129,7 +129,9 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     // Hashes (status records) and the status writer's server-clock heartbeat.
     let keys = Keys::new(p, "n");
     let before = c.time().await.unwrap();
-    write_status(c, &keys, "w1", &[("state".into(), "processing".into())]).await.unwrap();
+    write_status(c, &keys, "w1", &[("state".into(), "processing".into())], "heartbeat")
+        .await
+        .unwrap();
     let rec = c.hgetall(&keys.status("w1")).await.unwrap();
     assert_eq!(rec["state"], "processing");
     let hb: f64 = rec["heartbeat"].parse().unwrap();
@@ -250,7 +252,9 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     }
 
     // A worker's own write lands in its record, stamped with the store's clock.
-    let at = write_status(c, &keys, "w2", &[("state".into(), "processing".into())]).await.unwrap();
+    let at = write_status(c, &keys, "w2", &[("state".into(), "processing".into())], "heartbeat")
+        .await
+        .unwrap();
     let read = c.read_worker(&keys.status("w2"), &[]).await.unwrap();
     let rec = read.record.unwrap();
     assert_eq!(rec["state"], "processing");
@@ -495,9 +499,15 @@ async fn a_bad_record_is_that_workers_problem_only() {
         .query_async(&mut raw)
         .await
         .unwrap();
-    write_status(coord.as_ref(), &keys, "c-fine", &[("state".to_string(), "idle".to_string())])
-        .await
-        .unwrap();
+    write_status(
+        coord.as_ref(),
+        &keys,
+        "c-fine",
+        &[("state".to_string(), "idle".to_string())],
+        "heartbeat",
+    )
+    .await
+    .unwrap();
     let sink = RecordingSink::default();
     let metrics = Arc::new(Metrics::new());
     let notifier = Notifier::new(Some(Arc::new(sink.clone())), metrics.clone());
@@ -601,9 +611,15 @@ async fn an_incident_survives_a_sentinel_failover_and_ends_in_one_restart() {
     let keys = Keys::new(&prefix, "n1");
     let runtime = FakeRuntime::default();
     runtime.add("c1", "w1");
-    write_status(coord.as_ref(), &keys, "w1", &[("state".to_string(), "processing".to_string())])
-        .await
-        .unwrap();
+    write_status(
+        coord.as_ref(),
+        &keys,
+        "w1",
+        &[("state".to_string(), "processing".to_string())],
+        "heartbeat",
+    )
+    .await
+    .unwrap();
     let metrics = Arc::new(Metrics::new());
     let notifier = Notifier::new(Some(Arc::new(RecordingSink::default())), metrics.clone());
     let mut agent = Agent::new(cfg, coord.clone(), Arc::new(runtime.clone()), notifier, metrics);

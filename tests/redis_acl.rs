@@ -260,9 +260,15 @@ async fn a_worker_user_beats_and_is_refused_on_every_agent_key() {
         RedisCoordinator::new(&redis.worker_url(NODE, "trainer-0"), Duration::from_secs(2))
             .unwrap(),
     );
-    write_status(&*as_worker, &keys, "trainer-0", &[("checkpoint_ack".into(), "req-1".into())])
-        .await
-        .unwrap();
+    write_status(
+        &*as_worker,
+        &keys,
+        "trainer-0",
+        &[("checkpoint_ack".into(), "req-1".into())],
+        "heartbeat",
+    )
+    .await
+    .unwrap();
     let mine = as_worker.hgetall(&keys.status("trainer-0")).await.unwrap();
     assert_eq!(mine["checkpoint_ack"], "req-1", "it reads its own record");
     assert_eq!(
@@ -382,9 +388,15 @@ async fn the_agent_user_runs_whole_cycles_through_a_restart() {
     );
     redis.reset_log().await;
     // The worker beats once, as the worker user, then hangs.
-    write_status(&*as_worker, &keys, "trainer-0", &[("state".into(), "processing".into())])
-        .await
-        .unwrap();
+    write_status(
+        &*as_worker,
+        &keys,
+        "trainer-0",
+        &[("state".into(), "processing".into())],
+        "heartbeat",
+    )
+    .await
+    .unwrap();
     cycle_until(&mut agent, |_| runtime.restarts("c1") == 1).await;
     for _ in 0..3 {
         let r = agent.cycle().await;

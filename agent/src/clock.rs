@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
+
 /// Milliseconds since the Unix epoch.
 pub type Millis = i64;
 
@@ -12,8 +14,22 @@ pub type Millis = i64;
 /// for the first reads): tokio's, so the tests that pause time drive it too.
 pub type Monotonic = tokio::time::Instant;
 
+/// Wait for `tick`'s next tick: `false` when `stop` comes first. A task that works every tick
+/// until stopped runs `while ticked(&mut tick, &stop).await { .. }`.
+pub(crate) async fn ticked(tick: &mut tokio::time::Interval, stop: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = stop.cancelled() => false,
+        _ = tick.tick() => true,
+    }
+}
+
 pub fn ms(d: Duration) -> Millis {
     d.as_millis().min(i64::MAX as u128) as Millis
+}
+
+/// A span of milliseconds as a `Duration`; a negative one (a clock gone back) is none.
+pub(crate) fn duration(span: Millis) -> Duration {
+    Duration::from_millis(span.max(0) as u64)
 }
 
 /// UTC calendar day of a timestamp, `YYYY-MM-DD`: the breaker's unit.

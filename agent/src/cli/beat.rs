@@ -37,7 +37,8 @@ pub(super) async fn command(args: BeatArgs) -> Result<(), CliError> {
     }
     let coord = RedisCoordinator::from_config(&cfg.redis).map_err(failed)?;
     let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
-    let now = write_status(&coord, &keys, &args.worker, &fields).await.map_err(failed)?;
+    let now =
+        write_status(&coord, &keys, &args.worker, &fields, "heartbeat").await.map_err(failed)?;
     println!("{} heartbeat={}", keys.status(&args.worker), heartbeat_value(now));
     Ok(())
 }

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::accel::gpu::nvml::{gpus_present, HostPaths};
+use crate::accel::gpu::state::{StateStore, BOOT_ID_PATH};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, Switch};
 use crate::coord::redis::RedisCoordinator;
@@ -205,7 +206,7 @@ fn tpu(cfg: &Config) -> Check {
 
 /// The GPU state file: failed GPUs kept across agent restarts (`gpu.state_file`).
 fn gpu_state(cfg: &Config) -> Check {
-    let Some(store) = crate::accel::gpu::state::StateStore::from_config(&cfg.gpu.state_file) else {
+    let Some(store) = StateStore::from_config(&cfg.gpu.state_file, BOOT_ID_PATH.as_ref()) else {
         return Check::warn(
             "gpu-state",
             "gpu.state_file is empty: a failed GPU is forgotten when the agent restarts",

@@ -6,7 +6,7 @@
 
 use clap::{ArgGroup, Args};
 
-use super::{CliError, ConfigArg};
+use super::{failed, CliError, ConfigArg};
 use crate::config::Config;
 use crate::coord::redis::RedisCoordinator;
 use crate::maintenance::drill::{self, Target};
@@ -56,10 +56,9 @@ fn wait(s: &str) -> Result<std::time::Duration, String> {
 
 /// `--node` and the node of `--worker`: a node name as the agents take it.
 fn node_name(flag: &str, n: &str) -> Result<(), CliError> {
-    crate::config::valid_node_name(n).then_some(()).ok_or_else(|| {
-        let why = "is no node name (at most 253 characters of a-z A-Z 0-9 . - _)";
-        CliError::Failed(format!("{flag}: {n:?} {why}"))
-    })
+    let why = "is no node name (at most 253 characters of a-z A-Z 0-9 . - _)";
+    let valid = crate::config::valid_node_name(n);
+    valid.then_some(()).ok_or_else(|| failed(format!("{flag}: {n:?} {why}")))
 }
 
 /// The target the flags name.
@@ -69,7 +68,7 @@ fn target(cfg: &Config, d: &CheckpointDrill) -> Result<Target, CliError> {
     }
     if let Some(w) = &d.worker {
         let (node, worker) = w.split_once('/').unwrap_or((cfg.node_name.as_str(), w.as_str()));
-        super::worker_id(worker).map_err(|e| CliError::Failed(format!("--worker {w}: {e}")))?;
+        super::worker_id(worker).map_err(|e| failed(format!("--worker {w}: {e}")))?;
         node_name("--worker", node)?;
         return Ok(Target::Worker { node: node.to_string(), worker: worker.to_string() });
     }
@@ -94,7 +93,7 @@ pub(super) async fn run(cfg: &Config, d: &CheckpointDrill) -> Result<(), CliErro
     let (name, missing, asked) = (&result.target, result.missing.len(), result.asked);
     if missing > 0 {
         let why = format!("drill of {name}: {missing} of {asked} member(s) did not acknowledge");
-        return Err(CliError::Failed(why));
+        return Err(failed(why));
     }
     let (budget, fits) = match d.require {
         Some(Budget::Preemption) => ("preemption", result.fits_preemption),
@@ -102,5 +101,5 @@ pub(super) async fn run(cfg: &Config, d: &CheckpointDrill) -> Result<(), CliErro
         None => return Ok(()),
     };
     let why = format!("drill of {name}: it does not fit the {budget} budget (--require {budget})");
-    fits.then_some(()).ok_or(CliError::Failed(why))
+    fits.then_some(()).ok_or_else(|| failed(why))
 }

@@ -17,11 +17,6 @@ use crate::coord::{CoordError, Coordinator, Keys, Op};
 /// How long a day's breaker counter lives (past the day, for the operator's eyes).
 pub(crate) const BREAKER_TTL: Duration = Duration::from_secs(48 * 3600);
 
-/// The breaker's day: one counter per node per UTC day.
-pub(crate) fn breaker_day(now: Millis) -> String {
-    utc_day(now)
-}
-
 /// The fleet budget's window number: windows of `window` length since the epoch.
 pub(crate) fn fleet_window(now: Millis, window: Duration) -> i64 {
     now.div_euclid(ms(window).max(1))
@@ -101,7 +96,7 @@ impl<'a> Caps<'a> {
 
     /// The breaker's counter for the day of `now`.
     pub(crate) fn breaker_key(&self, now: Millis) -> String {
-        let day = breaker_day(now);
+        let day = utc_day(now);
         match self.breaker {
             Breaker::Node => self.keys.breaker(&day),
             Breaker::Gang { id, .. } => self.keys.gang_breaker(id, &day),
@@ -225,7 +220,7 @@ mod tests {
         assert_eq!(fleet_window(3_599_999, hour), 0);
         assert_eq!(fleet_window(3_600_000, hour), 1);
         assert_eq!(fleet_window(5, Duration::ZERO), 5, "a zero window cannot divide by zero");
-        assert_eq!(breaker_day(0), "1970-01-01");
+        assert_eq!(utc_day(0), "1970-01-01");
     }
 
     #[test]

@@ -421,21 +421,11 @@ pub fn heartbeat_value(now: Millis) -> String {
     format!("{}.{:03}", now.div_euclid(1000), now.rem_euclid(1000))
 }
 
-/// Write (part of) a worker's status record, stamping `heartbeat` with the store's clock, under
-/// the record's own prefix. Used by `vigil beat` and by the local status
-/// API; a worker confined by the worker ACL of docs/security.md may call it: it sends `TIME`
-/// and `HSET` of its record, nothing else.
+/// Write (part of) a worker's status record, stamping `heartbeat_field` (`heartbeat`, or
+/// `heartbeat@3`: a rank's) with the store's clock, under the record's own prefix. Used by
+/// `vigil beat` and by the local status API; a worker confined by the worker ACL of
+/// docs/security.md may call it: it sends `TIME` and `HSET` of its record, nothing else.
 pub async fn write_status(
-    coord: &dyn Coordinator,
-    keys: &Keys,
-    worker: &str,
-    fields: &[(String, String)],
-) -> Result<Millis> {
-    write_status_as(coord, keys, worker, fields, "heartbeat").await
-}
-
-/// [`write_status`], the heartbeat stamped in `heartbeat_field` (`heartbeat@3`: a rank's).
-pub(crate) async fn write_status_as(
     coord: &dyn Coordinator,
     keys: &Keys,
     worker: &str,

@@ -472,8 +472,7 @@ impl Agent {
         loop {
             let report = self.cycle().await;
             self.health.beat().await;
-            let failed = report.coordinator_error.is_some();
-            let wait = self.outages.next_wait(failed, self.ctx.cfg.poll_interval);
+            let wait = self.outages.next_wait(report.coordinator_error.is_some());
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(wait) => {}

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::accel::gpu::model::GpuReport;
-use crate::clock::Millis;
+use crate::clock::{ticked, Millis};
 use crate::coord::caps::Caps;
 use crate::coord::{CoordError, Coordinator, Keys, Op};
 use crate::fleet::view::{self as fleet, publish, NodeRecord, Upkeep};
@@ -187,11 +187,7 @@ pub(crate) async fn heartbeat_loop(
     stop: CancellationToken,
 ) {
     let mut tick = tokio::time::interval(every);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    while ticked(&mut tick, &stop).await {
         // NB: only a record no cycle published for `every` is re-published (a healthy node's
         // heartbeat costs nothing); the clock is read outside the lock, then the record is
         // taken again under it, held to the write: a cycle's publication waits for this one's

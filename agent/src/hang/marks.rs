@@ -112,9 +112,7 @@ pub(crate) struct Decoded {
 impl Decoded {
     /// What the cooldown marker says of the restart it marks (`crate::hang::policy_life`).
     pub(crate) fn claim(&self) -> Claim {
-        let Some(m) = self.cooldown.as_deref() else {
-            return Claim::None;
-        };
+        let Some(m) = self.cooldown.as_deref() else { return Claim::None };
         // A claim names the incarnation it restarts (`<ms>:<incident>:<incarnation>`); observe
         // mode's would-restart marker (`<ms>:<incident>`) names none: nothing is in flight.
         let claims = Stamp::parse(m).is_some_and(|s| s.rest.contains(':'));

@@ -42,6 +42,8 @@ pub(crate) struct Outages {
     runtime_since: Option<Millis>,
     /// Pause before the next cycle after a coordinator error.
     backoff: Backoff,
+    /// Pause before the next cycle otherwise (`poll_interval`: a reload keeps its running value).
+    poll_interval: Duration,
 }
 
 impl Outages {
@@ -55,20 +57,17 @@ impl Outages {
             runtime_down: false,
             runtime_since: None,
             backoff: Backoff::new(Duration::from_millis(250), poll_interval),
+            poll_interval,
         }
     }
 
     /// The wait before the next cycle: the next backoff step after a coordinator error, the
     /// poll interval otherwise.
-    pub(crate) fn next_wait(
-        &mut self,
-        coordinator_failed: bool,
-        poll_interval: Duration,
-    ) -> Duration {
+    pub(crate) fn next_wait(&mut self, coordinator_failed: bool) -> Duration {
         if coordinator_failed {
             self.backoff.next_delay()
         } else {
-            poll_interval
+            self.poll_interval
         }
     }
 

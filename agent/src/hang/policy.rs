@@ -126,9 +126,7 @@ fn working(
     now: Millis,
     cfg: &PolicyConfig,
 ) -> Verdict {
-    let Some(hb) = status.heartbeat else {
-        return Verdict::Unreachable;
-    };
+    let Some(hb) = status.heartbeat else { return Verdict::Unreachable };
     if is_stale(status, now, cfg) {
         if let Some(failed) = hardware(node) {
             return failed;
@@ -307,9 +305,7 @@ fn suspect_effects(
 /// (`crate::hang::policy_rhythm`: one that has not learned, or an agent just restarted, judges
 /// by `stale_after`), and only the worker's data may end them.
 pub(crate) fn silence_unbroken(status: Option<&WorkerStatus>, marks: &Marks) -> bool {
-    let Some(s) = status.filter(|s| watched(&s.state)) else {
-        return false;
-    };
+    let Some(s) = status.filter(|s| watched(&s.state)) else { return false };
     matches!((s.heartbeat, marks.suspect), (Some(hb), Some((seen, _))) if hb == seen)
 }
 

@@ -343,9 +343,7 @@ pub(crate) fn incident_over(
     now: Millis,
     t: &Timing,
 ) -> bool {
-    let Some(inc) = &state.incident else {
-        return false;
-    };
+    let Some(inc) = &state.incident else { return false };
     let beat_since = |m: &Member, at: Millis| m.heartbeat.is_some_and(|hb| hb > at);
     match state.current_decision() {
         Some(d) => {

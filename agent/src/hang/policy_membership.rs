@@ -44,9 +44,7 @@ pub(crate) fn membership(
         let notes = record.map(|r| overruled(r, l, namespace)).unwrap_or_default();
         return Membership { gang, notes, unusable: None };
     }
-    let Some(r) = record else {
-        return Membership::default();
-    };
+    let Some(r) = record else { return Membership::default() };
     let Some(ns) = namespace else {
         return Membership { gang: Some(r.clone()), ..Membership::default() };
     };

@@ -139,9 +139,7 @@ impl Pace {
             self.computes.clear();
             return None;
         };
-        let Some(hb) = hb else {
-            return Some(c);
-        };
+        let Some(hb) = hb else { return Some(c) };
         if self.computes.last().is_none_or(|(at, _)| *at != hb) {
             self.computes.push((hb, c));
             if self.computes.len() > COMPUTES {
@@ -194,9 +192,7 @@ impl Pace {
     /// window or more with `min_steps` steps (an announced checkpoint in a slow run then costs
     /// the run only its own time, not the window before it too).
     fn close_before_hold(&mut self, cfg: &PaceConfig) {
-        let (Some((hb0, step0)), Some((hb1, step1))) = (self.anchor, self.last) else {
-            return;
-        };
+        let (Some((hb0, step0)), Some((hb1, step1))) = (self.anchor, self.last) else { return };
         let (dt, ds) = (hb1 - hb0, step1.saturating_sub(step0));
         if 2 * dt < ms(cfg.window) || ds < u64::from(cfg.min_steps).max(1) {
             return;

@@ -300,9 +300,7 @@ pub(crate) fn restart_policy<'a>(
 /// `base` under `rule`: its silence as `stale_after` (the confirming observation after at most
 /// half of it), its wait as `restart_delay`; `base` itself without one.
 pub(crate) fn by_rule(base: &PolicyConfig, rule: Option<Learned>) -> Cow<'_, PolicyConfig> {
-    let Some(r) = rule else {
-        return Cow::Borrowed(base);
-    };
+    let Some(r) = rule else { return Cow::Borrowed(base) };
     let mut c = stale_after(base, r.silence);
     c.restart_delay = Duration::from_millis(r.wait.max(0) as u64);
     Cow::Owned(c)

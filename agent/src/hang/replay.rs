@@ -302,9 +302,7 @@ fn restart_if_due(
     cfg: &Config,
     now: Millis,
 ) {
-    let Some(inc) = marks.incident.as_ref().filter(|_| v == Verdict::Hung) else {
-        return;
-    };
+    let Some(inc) = marks.incident.as_ref().filter(|_| v == Verdict::Hung) else { return };
     let rules = restart_policy(&cfg.policy, marks.rhythm.as_ref(), rhythm.own(), status, now);
     let cooled =
         out.restarts.last().is_none_or(|&r| now - r >= crate::clock::ms(cfg.policy.cooldown));

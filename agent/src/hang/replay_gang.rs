@@ -106,9 +106,7 @@ fn look(a: &mut Agent, entry: &mut Member, beats: &[Beat], cfg: &Config, now: Mi
     }
     let rule = learned_rule(base, a.marks.rhythm.as_ref(), a.rhythm.own(), status.as_ref(), now);
     let judged = by_rule(base, rule);
-    let Some(s) = status.as_ref() else {
-        return false;
-    };
+    let Some(s) = status.as_ref() else { return false };
     entry.verdict = v;
     entry.activity = match s.state {
         WorkerState::Idle => Activity::Idle,

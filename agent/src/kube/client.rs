@@ -44,8 +44,9 @@ pub enum PodError {
     Taken(String),
 }
 
-/// How long a pods call may take: the callers (a read before a restart, a token review before
-/// a worker's write) must not hang on a silent API server.
+/// How long one Kubernetes API call may take (a pods call, a Node read or write): the callers (a
+/// read before a restart, a token review before a worker's write, the Node controller) must not
+/// hang on a silent API server.
 pub(crate) const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl PodError {

@@ -33,6 +33,7 @@ use kube::runtime::events as kev;
 use serde_json::Value;
 
 use crate::backoff::Backoff;
+use crate::kube::client::CALL_TIMEOUT;
 
 mod error;
 mod patch;
@@ -444,11 +445,10 @@ impl NodeApi for KubeNodeApi {
     }
 }
 
-/// The deadline of one API call. kube's default (295 s, sized for watches) would hold the
-/// maintenance controller that long on an API server that accepts and never answers; Vigil
-/// makes no watch calls here, and a Node write that times out is retried on the next tick.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-
+/// Bounds every call of `config`'s client by `timeout` (the agent's: [`CALL_TIMEOUT`]). kube's
+/// default (295 s, sized for watches) would hold the maintenance controller that long on an API
+/// server that accepts and never answers; Vigil makes no watch calls here, and a Node write that
+/// times out is retried on the next tick.
 fn with_deadlines(config: &mut kube::Config, timeout: Duration) {
     config.connect_timeout = Some(timeout.min(Duration::from_secs(5)));
     config.read_timeout = Some(timeout);

@@ -1,7 +1,7 @@
 //! This machine's Node object, read from the API server: its labels, taints and allocatable
 //! resources ([`RawNode`]), which GKE fills with the node's pool, provisioning model,
-//! accelerator, TPU topology and its own maintenance signals. One GET per call, bounded by a
-//! deadline. RBAC: `get` on `nodes` (already needed to patch the Node).
+//! accelerator, TPU topology and its own maintenance signals. One GET per call, bounded by
+//! `crate::kube::client::CALL_TIMEOUT`. RBAC: `get` on `nodes` (already needed to patch the Node).
 
 use std::time::Duration;
 
@@ -9,10 +9,8 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 
+use crate::kube::client::CALL_TIMEOUT;
 use crate::vocab::node_info::{NodeTaint, RawNode};
-
-/// The longest one read may take.
-pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[async_trait]
 pub trait NodeReader: Send + Sync {
@@ -83,9 +81,9 @@ pub(crate) fn raw_node(node: &Node) -> RawNode {
 impl NodeReader for KubeNodeReader {
     async fn read(&self, node: &str) -> Result<RawNode, NodeReadError> {
         let api: Api<Node> = Api::all(self.client.clone());
-        let got = tokio::time::timeout(READ_TIMEOUT, api.get(node))
+        let got = tokio::time::timeout(CALL_TIMEOUT, api.get(node))
             .await
-            .map_err(|_| NodeReadError::Timeout { node: node.to_string(), after: READ_TIMEOUT })?;
+            .map_err(|_| NodeReadError::Timeout { node: node.to_string(), after: CALL_TIMEOUT })?;
         match got {
             Ok(n) => Ok(raw_node(&n)),
             Err(kube::Error::Api(e)) if e.code == 403 => {

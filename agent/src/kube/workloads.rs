@@ -19,15 +19,10 @@ use serde_json::Value;
 
 use crate::kube::client::PodError;
 use crate::vocab::workload::{
-    ExitCodes, FailureRule, JobFacts, JobSetFacts, LwsFacts, PodFailureRule, RestartPolicy,
+    keys, ExitCodes, FailureRule, JobFacts, JobSetFacts, LwsFacts, PodFailureRule, RestartPolicy,
     RestartRule, Workload,
 };
 
-/// The labels the controllers set (docs/research/gang-labels.md).
-const JOB_UID: &str = "batch.kubernetes.io/controller-uid";
-const REPLICATED_JOB: &str = "jobset.sigs.k8s.io/replicatedjob-name";
-const LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
-const LWS_GROUP: &str = "leaderworkerset.sigs.k8s.io/group-index";
 /// The annotation of a static pod's mirror pod: the static pod's uid (its config hash).
 const MIRROR: &str = "kubernetes.io/config.mirror";
 
@@ -58,7 +53,7 @@ impl Kind {
 
 /// A Job's pods, by its controller-uid label.
 async fn job_pods(client: &Client, ns: &str, uid: &str) -> Result<Vec<Value>, PodError> {
-    let params = ListParams::default().labels(&format!("{JOB_UID}={uid}"));
+    let params = ListParams::default().labels(&format!("{}={uid}", keys::JOB_UID));
     let list = PodError::bounded(PODS.api(client, ns).list(&params), "list", "pods").await?;
     Ok(list.items.into_iter().filter_map(|o| serde_json::to_value(o).ok()).collect())
 }
@@ -84,15 +79,15 @@ pub(crate) async fn read(
         };
         w.job = Some(job_facts(&job, w.policy, &members));
         if let Some(js_ref) = controller(&job, "JobSet") {
-            let rj = label(&job, REPLICATED_JOB).unwrap_or_default();
+            let rj = label(&job, keys::REPLICATED_JOB).unwrap_or_default();
             let js = owner(client, &JOBSETS, ns, &js_ref, "its Job's JobSet", &mut w.missing);
             w.jobset = js.await?.map(|js| jobset_facts(&js, &rj));
         }
     }
-    if let Some(lws_name) = label(&pod, LWS_NAME) {
+    if let Some(lws_name) = label(&pod, keys::LWS_NAME) {
         match LWS.get(client, ns, &lws_name).await? {
             Some(lws) => {
-                let group = label(&pod, LWS_GROUP).unwrap_or_default();
+                let group = label(&pod, keys::LWS_GROUP).unwrap_or_default();
                 w.lws = Some(lws_facts(&lws, &group));
             }
             None => w.missing = Some(format!("the LeaderWorkerSet {ns}/{lws_name}")),

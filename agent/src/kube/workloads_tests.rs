@@ -62,7 +62,7 @@ fn the_common_jobset_shape_reads_into_one_member_failed() {
         ]}},
         "status": {"restarts": 2, "restartsCountTowardsMax": 1}
     });
-    let facts = jobset_facts(&js, &label(&j, REPLICATED_JOB).unwrap());
+    let facts = jobset_facts(&js, &label(&j, keys::REPLICATED_JOB).unwrap());
     assert_eq!(facts.max_restarts, Some(3));
     assert_eq!(facts.restarts, 1, "restartsCountTowardsMax, not restarts");
     assert_eq!(facts.rules[0].targets, ["driver"]);

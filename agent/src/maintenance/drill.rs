@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{brief, ms, Millis};
+use crate::clock::{brief, duration, ms, ticked, Millis};
 use crate::config::Config;
 use crate::coord::{CoordError, Coordinator, Keys, Op};
 use crate::fleet::view::NodeRecord;
@@ -215,7 +215,7 @@ async fn refuse_pending(
             return Err(DrillError::Busy(format!(
                 "{} has a checkpoint request pending ({reason}, {} ago, not acknowledged): a drill never competes with a real request; try again when it is answered",
                 member_id(&m.node, &m.worker),
-                brief(Duration::from_millis((now - at).max(0) as u64))
+                brief(duration(now - at))
             )));
         }
     }
@@ -287,11 +287,7 @@ pub(crate) async fn export_loop(
     stop: CancellationToken,
 ) {
     let mut tick = tokio::time::interval(every);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    while ticked(&mut tick, &stop).await {
         match coord.hgetall(&keys.drills()).await {
             Ok(fields) => {
                 // NB: without the clock nothing is judged old (nothing removed).

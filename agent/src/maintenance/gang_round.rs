@@ -16,7 +16,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
-use crate::clock::{ms, Millis};
+use crate::clock::{duration, ms, Millis};
 use crate::coord::{CoordError, Coordinator, Keys, Op};
 use crate::hang::gang_marks::read_view;
 use crate::hang::model::Gang;
@@ -83,8 +83,7 @@ impl Checkpointer {
         }
         // NB: the caller stops waiting at `until`: the wait ends a little before, so the
         // round's answer (who did not answer) is what the caller reports.
-        let left = (round.until - now).max(0);
-        let deadline = (started + Duration::from_millis(left as u64))
+        let deadline = (started + duration(round.until - now))
             .min(until.checked_sub(WRAP_UP).unwrap_or(started));
         // The members' answers, in the same order.
         let members = io.wait_acks(&round, &members, now, started, deadline).await;
@@ -121,7 +120,7 @@ impl Checkpointer {
         now: Millis,
     ) -> Result<(Round, bool), RoundError> {
         let key = self.keys.gang_checkpoint(gang);
-        let ttl = Duration::from_millis((fresh.until - fresh.at).max(0) as u64) + ROUND_MARGIN;
+        let ttl = duration(fresh.until - fresh.at) + ROUND_MARGIN;
         for _ in 0..3 {
             if self.coord.set_nx(&key, &fresh.encode(), ttl).await? {
                 return Ok((fresh, true));

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::clock::Millis;
+use crate::clock::{brief, duration, Millis};
 use crate::hang::model_gang::Member;
 use crate::maintenance::model_round::{DrillResult, GangRound, MemberAck};
 
@@ -22,7 +22,7 @@ pub(crate) fn round_budget(own: Duration, reason: &str, members: &[Member]) -> D
         "host-maintenance" => m.maintenance_budget,
         _ => None,
     };
-    let budgets = members.iter().filter_map(of).map(|ms| Duration::from_millis(ms.max(0) as u64));
+    let budgets = members.iter().filter_map(of).map(duration);
     budgets.filter(|d| !d.is_zero()).fold(own, Duration::min)
 }
 
@@ -66,8 +66,7 @@ pub(crate) fn describe(r: &GangRound) -> String {
         })
         .collect();
     if !silent.is_empty() {
-        let budget = Duration::from_millis((r.round.until - r.round.at).max(0) as u64);
-        let within = crate::clock::brief(budget);
+        let within = brief(duration(r.round.until - r.round.at));
         s.push_str(&format!("; no answer from {} within {within}", names(&silent)));
     }
     if !r.view_read {

@@ -1,5 +1,5 @@
 //! Follows this machine's Node: reads it every `kubernetes.read_interval` (one GET, bounded by
-//! `crate::kube::node_source::READ_TIMEOUT`), makes a [`NodeInfo`] of it
+//! `crate::kube::client::CALL_TIMEOUT`), makes a [`NodeInfo`] of it
 //! (`crate::node::policy_info::parse`) and publishes it on a `watch` channel whenever it changes.
 //!
 //! The channel holds `None` until the first read succeeds; a failed read keeps the last value

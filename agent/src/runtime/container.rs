@@ -2,6 +2,8 @@
 
 use std::collections::HashMap;
 
+use crate::vocab::workload::keys;
+
 /// One opted-in worker container as the runtime sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Container {
@@ -56,19 +58,6 @@ pub(crate) struct PodGang {
 /// and its size (`vigil.worker.gang-size`).
 pub(crate) const GANG_SUFFIX: &str = ".gang";
 pub(crate) const GANG_SIZE_SUFFIX: &str = ".gang-size";
-
-/// The keys the job controllers set on their pods (docs/research/gang-labels.md cites each).
-pub(crate) mod keys {
-    pub(crate) const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
-    pub(crate) const JOBSET_RESTART: &str = "jobset.sigs.k8s.io/restart-attempt";
-    pub(crate) const JOBSET_UID: &str = "jobset.sigs.k8s.io/jobset-uid";
-    pub(crate) const JOB_NAME: &str = "batch.kubernetes.io/job-name";
-    pub(crate) const JOB_UID: &str = "batch.kubernetes.io/controller-uid";
-    pub(crate) const JOB_INDEX: &str = "batch.kubernetes.io/job-completion-index";
-    pub(crate) const LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
-    pub(crate) const LWS_GROUP: &str = "leaderworkerset.sigs.k8s.io/group-index";
-    pub(crate) const LWS_SIZE: &str = "leaderworkerset.sigs.k8s.io/size";
-}
 
 /// The gang a pod's labels (and annotations) name, namespaced (`namespace` `None`: a container
 /// outside Kubernetes, whose explicit label is its gang id as it is): the explicit

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use k8s_cri::v1::ContainerState;
 
 use super::Container;
-use crate::runtime::container::{alert_only, gang_of_pod, keys, PodGang, PodIdentity, PodRef};
+use crate::runtime::container::{alert_only, gang_of_pod, PodGang, PodIdentity, PodRef};
+use crate::vocab::workload::keys;
 
 /// The opt-in label's value that makes the pod's own name its worker id: pods of one
 /// Deployment, Job or JobSet template share their labels, and would otherwise all be one

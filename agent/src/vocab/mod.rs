@@ -4,8 +4,8 @@
 //! node's maintenance state from the GCE metadata values (`maintenance`), and what forbids
 //! restarts right now — maintenance, a drain, the node going away (`stand_down`): the Node
 //! controller writes these facts, the restart path and the checkpoints read them; and a worker's
-//! pod as its job controllers define it, with how Vigil restarts it their way (`workload`); a
-//! failed GPU as a DRA device taint (`device_taint`).
+//! pod as its job controllers define and label it, with how Vigil restarts it their way
+//! (`workload`); a failed GPU as a DRA device taint (`device_taint`).
 //!
 //! Pure data and pure functions: no I/O, no clock. A feature names these instead of another
 //! feature's policy, and `crate::kube` names these instead of any feature.

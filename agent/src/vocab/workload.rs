@@ -13,6 +13,22 @@
 /// and a container's restart rules see when Vigil fails a pod.
 pub const KILLED_EXIT: i32 = 137;
 
+/// The keys the job controllers set on their pods (docs/research/gang-labels.md cites each):
+/// what names a pod's gang (`crate::runtime::container::gang_of_pod`) and its owners
+/// (`crate::kube::workloads`).
+pub(crate) mod keys {
+    pub(crate) const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
+    pub(crate) const JOBSET_RESTART: &str = "jobset.sigs.k8s.io/restart-attempt";
+    pub(crate) const JOBSET_UID: &str = "jobset.sigs.k8s.io/jobset-uid";
+    pub(crate) const REPLICATED_JOB: &str = "jobset.sigs.k8s.io/replicatedjob-name";
+    pub(crate) const JOB_NAME: &str = "batch.kubernetes.io/job-name";
+    pub(crate) const JOB_UID: &str = "batch.kubernetes.io/controller-uid";
+    pub(crate) const JOB_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+    pub(crate) const LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
+    pub(crate) const LWS_GROUP: &str = "leaderworkerset.sigs.k8s.io/group-index";
+    pub(crate) const LWS_SIZE: &str = "leaderworkerset.sigs.k8s.io/size";
+}
+
 /// A pod's (or a container's own) `restartPolicy`; the API's default is `Always`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, strum::EnumString)]
 pub enum RestartPolicy {

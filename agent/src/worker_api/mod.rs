@@ -30,7 +30,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerAuth;
-use crate::coord::{write_status_as, Coordinator, Keys};
+use crate::coord::{write_status, Coordinator, Keys};
 use crate::hang::model::{gang_of, parse_grace, rank_field, valid_worker_id};
 use crate::hang::policy_membership::{self, Membership};
 use crate::http::listen::{serve_router, Limits, Listen, Peer};
@@ -217,7 +217,7 @@ impl WorkerApiState {
             return Err(Answer::invalid(StatusCode::BAD_REQUEST, why));
         }
         let heartbeat = rank_field("heartbeat", write.rank);
-        let now = write_status_as(self.coord.as_ref(), &self.keys, id, &write.fields, &heartbeat)
+        let now = write_status(self.coord.as_ref(), &self.keys, id, &write.fields, &heartbeat)
             .await
             .map_err(|e| Answer::unavailable(e.to_string()))?;
         // NB: best effort: the beat is stored; a failed read only leaves the request for the next.

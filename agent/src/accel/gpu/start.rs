@@ -168,8 +168,7 @@ pub async fn start_with(
         let wait = wait_for_nvml(&cfg, loader.as_mut(), &opts, &tx, &stop, said_no_gpu);
         let Some(probe) = wait else { return };
         readyz(&opts.warnings, None);
-        let store = (!cfg.state_file.is_empty())
-            .then(|| StateStore::new(&cfg.state_file, &opts.boot_id_path));
+        let store = StateStore::from_config(&cfg.state_file, &opts.boot_id_path);
         tracing::info!("GPU monitoring on");
         run_monitor(probe, &cfg, store, &tx, &stop, opts.kubelet);
     });

@@ -36,9 +36,10 @@ impl StateStore {
         StateStore { path: path.into(), boot_id }
     }
 
-    /// The production store of `gpu.state_file` (`None` when it is empty).
-    pub(crate) fn from_config(state_file: &str) -> Option<StateStore> {
-        (!state_file.is_empty()).then(|| StateStore::new(state_file, Path::new(BOOT_ID_PATH)))
+    /// The store of `gpu.state_file` (`None` when it is empty), the boot id read from
+    /// `boot_id_path` ([`BOOT_ID_PATH`] in production).
+    pub(crate) fn from_config(state_file: &str, boot_id_path: &Path) -> Option<StateStore> {
+        (!state_file.is_empty()).then(|| StateStore::new(state_file, boot_id_path))
     }
 
     pub(crate) fn boot_id(&self) -> &str {

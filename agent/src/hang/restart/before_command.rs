@@ -232,9 +232,7 @@ impl Pipeline<'_> {
                 Some(Skip::ContainerChanged)
             }
         };
-        let Some(skip) = found else {
-            return Ok(Seen::Pass);
-        };
+        let Some(skip) = found else { return Ok(Seen::Pass) };
         let id = short(&c.id);
         let detail = match skip {
             Skip::NotRunning => format!(

@@ -181,9 +181,7 @@ impl Pipeline<'_> {
         command: Millis,
         verified: Option<Millis>,
     ) -> Result<(), CoordError> {
-        let Some(incarnation) = verified else {
-            return Ok(());
-        };
+        let Some(incarnation) = verified else { return Ok(()) };
         let key = self.ctx.keys.lost(act.case.worker());
         // NB: a restart after one whose incarnation never beat counts from where that one's
         // count ended (its verification), never again from the old incarnation's last beat.
@@ -223,15 +221,11 @@ impl Pipeline<'_> {
     /// restart's is left as it is) is moved. Best-effort: without it the claim's line stands
     /// (only beats after the lock's end count).
     pub(super) async fn settle_gang_line(&self, worker: &str, line: Line, claimed: Millis) {
-        let (Line::At(t) | Line::NotBefore(t)) = line else {
-            return;
-        };
+        let (Line::At(t) | Line::NotBefore(t)) = line else { return };
         let key = self.ctx.keys.gang_line(worker);
         let held = self.ctx.coord.get(&key).await.ok().flatten();
         let held = held.map(|h| h.parse::<Millis>().unwrap_or(Millis::MIN));
-        let Some(held) = held.filter(|&h| h >= claimed) else {
-            return;
-        };
+        let Some(held) = held.filter(|&h| h >= claimed) else { return };
         let to = if matches!(line, Line::NotBefore(_)) { held.max(t) } else { t };
         let _ = self.ctx.coord.set(&key, &to.to_string(), marks::FRUITLESS_TTL).await;
     }
@@ -244,9 +238,7 @@ impl Pipeline<'_> {
     pub(super) async fn settle_fruitless(&self, worker: &str, line: Line, take_past: bool) {
         let key = self.ctx.keys.fruitless(worker);
         let raw = self.ctx.coord.get(&key).await.ok().flatten();
-        let Some(mut run) = raw.and_then(|r| Fruitless::decode(&r)) else {
-            return;
-        };
+        let Some(mut run) = raw.and_then(|r| Fruitless::decode(&r)) else { return };
         // The old incarnation's beats up to `upto` are where it stopped; newer ones than `last`
         // may show progress.
         let (upto, last) = match line {
@@ -327,9 +319,7 @@ impl Pipeline<'_> {
     pub(super) async fn release_claim(&self, act: &Act<'_>, now: Millis) {
         let (k, w, m) = (&self.ctx.keys, act.case.worker(), act.case.marks);
         let marker = marks::claim(now, &act.inc.id, act.case.c);
-        let Ok(true) = self.ctx.coord.del_if_owner(&k.cooldown(w), &marker).await else {
-            return;
-        };
+        let Ok(true) = self.ctx.coord.del_if_owner(&k.cooldown(w), &marker).await else { return };
         let _ = self.ctx.coord.del(&[k.restarted(w)]).await;
         // A restart that did not run (or failed) gives back what its claim drew: the worker's
         // run of fruitless restarts as it was before the claim (best-effort: a count left too

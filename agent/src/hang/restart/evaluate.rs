@@ -80,9 +80,7 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<(), CoordError> {
         let key = self.ctx.keys.lost(&c.worker);
-        let Some(raw) = self.ctx.coord.get(&key).await? else {
-            return Ok(());
-        };
+        let Some(raw) = self.ctx.coord.get(&key).await? else { return Ok(()) };
         // NB: compare-and-delete: of two instances that saw the first beat, one counts it. A
         // record of another incident (ours, then someone else's restart) is dropped uncounted.
         if !self.ctx.coord.del_if_owner(&key, &raw).await? {
@@ -217,9 +215,7 @@ impl RestartPath<'_> {
         incident: &Option<Incident>,
         now: Millis,
     ) -> Result<(), CoordError> {
-        let Some(inc) = incident else {
-            return Ok(());
-        };
+        let Some(inc) = incident else { return Ok(()) };
         // NB: a hang found by the worker's learned rhythm is restarted only once the fixed rule
         // finds it too, unless the rhythm the coordinator holds may restart it
         // (`policy_rhythm::restart_policy`: `policy.learned.restarts`).

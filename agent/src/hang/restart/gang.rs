@@ -7,8 +7,7 @@
 //! pipeline, under this node's lock and breaker, revalidated against the decision at the last
 //! moment.
 
-use crate::clock::{human, ms, Millis, Stamp};
-use crate::coord::caps::breaker_day;
+use crate::clock::{human, ms, utc_day, Millis, Stamp};
 use crate::coord::CoordError;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::{Gang, Incident, WorkerState};
@@ -103,7 +102,7 @@ impl RestartPath<'_> {
             return None;
         }
         if self.gangs.breaker_left.is_none() {
-            let key = self.ctx.keys.breaker(&breaker_day(now));
+            let key = self.ctx.keys.breaker(&utc_day(now));
             // NB: a read that fails is no unit (fail closed): the decision waits for a count.
             let used = self.ctx.coord.counter(&key).await;
             return Some(used.map_or(0, |used| u64::from(s.breaker_per_day).saturating_sub(used)));
@@ -148,9 +147,7 @@ impl RestartPath<'_> {
         incident: &Option<Incident>,
         now: Millis,
     ) -> Result<(), CoordError> {
-        let Some(g) = case.status.and_then(|s| s.gang.clone()) else {
-            return Ok(());
-        };
+        let Some(g) = case.status.and_then(|s| s.gang.clone()) else { return Ok(()) };
         let cfg = &self.ctx.cfg;
         let t = Timing::of(cfg);
         let rules = Rules { action: cfg.gang.action, straggler: cfg.gang.straggler, timing: t };
@@ -255,9 +252,7 @@ impl RestartPath<'_> {
         state: &GangState,
         now: Millis,
     ) -> Result<(), CoordError> {
-        let Some(inc) = &state.incident else {
-            return Ok(());
-        };
+        let Some(inc) = &state.incident else { return Ok(()) };
         let k = &self.ctx.keys;
         if let (Some(d), false) = (state.current_decision(), self.ctx.cfg.dry_run) {
             // NB: the restart remembered before the incident goes (any closer writes the same
@@ -292,9 +287,7 @@ impl RestartPath<'_> {
     /// run as this agent last read it, so progress is seen while the gang trains, not only at
     /// its next hang. A failed delete is tried again next cycle.
     async fn end_gang_run(&mut self, gang: &str, own: &Member) {
-        let Some(run) = self.gangs.reads.runs.get(gang) else {
-            return;
-        };
+        let Some(run) = self.gangs.reads.runs.get(gang) else { return };
         if !policy_fruitless::progressed(run, &[Beat::of_member(own)]) {
             return;
         }
@@ -316,9 +309,7 @@ impl RestartPath<'_> {
         d: Decision,
         now: Millis,
     ) -> Result<(), CoordError> {
-        let Some(inc) = &state.incident else {
-            return Ok(());
-        };
+        let Some(inc) = &state.incident else { return Ok(()) };
         let errored = case.status.is_some_and(|s| s.state == WorkerState::Error);
         let member = Case { v: if errored { Verdict::Errored } else { Verdict::Hung }, ..*case };
         let order = GangOrder { gang: g.id.clone(), decision: d };

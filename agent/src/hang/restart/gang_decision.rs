@@ -7,8 +7,8 @@
 //! gives back is the state machine's answer, as for a worker's pass. Each member's restart is
 //! then its own node's worker pass (`super::gang`, `super::pipeline`).
 
-use crate::clock::Millis;
-use crate::coord::caps::{breaker_day, Allowance, Breaker, Caps};
+use crate::clock::{utc_day, Millis};
+use crate::coord::caps::{Allowance, Breaker, Caps};
 use crate::coord::lease::Lease;
 use crate::coord::CoordError;
 use crate::hang::context::Context;
@@ -255,7 +255,7 @@ impl GangDecider<'_> {
             Allowance::BreakerOpen => format!(
                 "the gang's breaker is open: {} gang restart(s) already today (UTC {}, gang.breaker_per_day)",
                 self.ctx.cfg.gang.breaker_per_day,
-                breaker_day(now)
+                utc_day(now)
             ),
             Allowance::BudgetExhausted => format!(
                 "the fleet restart budget is exhausted ({} per {})",

@@ -83,15 +83,11 @@ impl PaceWatch<'_> {
     ) -> Result<(), CoordError> {
         let key = self.ctx.keys.gang_slow(&g.id);
         let ours = |v: &String| opener_of(v) == Some(own) && !self.slow.contains_key(&g.id);
-        let Some(value) = self.ctx.coord.get(&key).await?.filter(ours) else {
-            return Ok(());
-        };
+        let Some(value) = self.ctx.coord.get(&key).await?.filter(ours) else { return Ok(()) };
         if !settled(&value) {
             return self.ctx.coord.del_if_owner(&key, &value).await.map(drop);
         }
-        let Some((node, worker)) = placed_at(&value) else {
-            return Ok(());
-        };
+        let Some((node, worker)) = placed_at(&value) else { return Ok(()) };
         let lease = lease(&self.ctx.cfg.gang.pace);
         if self.ctx.coord.renew_if_owner(&key, &value, lease).await? {
             let opened = SlowOpened { value, node, worker, renewed: now, paged: false };
@@ -114,9 +110,7 @@ impl PaceWatch<'_> {
         slow: bool,
         now: Millis,
     ) -> Result<(), CoordError> {
-        let Some(o) = self.slow.get(&g.id).cloned() else {
-            return Ok(());
-        };
+        let Some(o) = self.slow.get(&g.id).cloned() else { return Ok(()) };
         if held != Some(o.value.as_str()) {
             self.slow.remove(&g.id);
             let end = crate::alerts::Resolve::Episode(crate::alerts::AlertKind::Slow);

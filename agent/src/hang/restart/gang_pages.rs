@@ -137,9 +137,7 @@ impl Pager<'_> {
         members: &[Member],
         now: Millis,
     ) -> Result<(), CoordError> {
-        let Some(inc) = &state.incident else {
-            return Ok(());
-        };
+        let Some(inc) = &state.incident else { return Ok(()) };
         let first = gp::first_stopped(members, now);
         let mut detail = describe_hang(g, members, first, now);
         let owner = members.iter().find(|m| m.alert_only);

@@ -2,8 +2,8 @@
 //! (taken through `crate::coord::caps`), and the alerts and trail entries when one refuses.
 
 use crate::alerts::AlertKind;
-use crate::clock::Millis;
-use crate::coord::caps::{breaker_day, fleet_window, Allowance, Caps, BREAKER_TTL};
+use crate::clock::{utc_day, Millis};
+use crate::coord::caps::{fleet_window, Allowance, Caps, BREAKER_TTL};
 use crate::coord::CoordError;
 use crate::hang::policy_pipeline::{Seen, Unit};
 
@@ -38,7 +38,7 @@ impl Pipeline<'_> {
         let (kind, skip, page, key, ttl, detail) = match said {
             Allowance::Granted => return Ok(Seen::Pass),
             Allowance::BreakerOpen => {
-                let (per_day, day) = (s.breaker_per_day, breaker_day(now));
+                let (per_day, day) = (s.breaker_per_day, utc_day(now));
                 // The page: one a day.
                 let page = format!("circuit breaker open: {per_day} restart(s) already on this node today (UTC {day}); automation stopped, alert only until tomorrow");
                 let key = self.ctx.keys.breaker_alert(&day);
