@@ -35,14 +35,16 @@ impl Checkpointer {
                     .into_iter()
                     .filter(|c| c.running)
                     .partition(|c| valid_worker_id(&c.worker));
-                let left = budget.saturating_sub(started.elapsed());
                 let deadline = started + budget;
-                let (gangs, alone) = self.gangs_of(workers, left).await;
-                // The workers of no gang are asked each on its own (not through a gang), all at
-                // once, each given `left` from here.
-                let alone_deadline = tokio::time::Instant::now() + left;
+                let within = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let (gangs, alone) = self.gangs_of(workers, within).await;
+                // Every worker is asked at once: a gang's through its round, the others each on
+                // its own. NB: all within what is left of the one budget — a slow read of the
+                // records above comes out of the workers' time, never on top of it (the node
+                // may be gone when the budget ends).
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                 let (mut results, by_gang) = tokio::join!(
-                    join_all(alone.iter().map(|c| self.one(c, reason, left, alone_deadline))),
+                    join_all(alone.iter().map(|c| self.one(c, reason, left, deadline))),
                     join_all(gangs.values().map(|g| self.gang_results(g, reason, left, deadline)))
                 );
                 results.extend(by_gang.into_iter().flatten());
@@ -149,4 +151,68 @@ pub(crate) fn trail_line(reason: &str, r: &WorkerResult) -> (Code, String) {
 /// be listed).
 fn not_asked(worker: String, waited: Duration, detail: String) -> WorkerResult {
     WorkerResult { worker, method: "invalid", outcome: Outcome::Failed, waited, detail, gang: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::config::Config;
+    use crate::coord::memory::MemoryCoordinator;
+    use crate::coord::{CoordError, Coordinator, Reply, Request};
+    use crate::metrics::Metrics;
+    use crate::runtime::sim::FakeRuntime;
+
+    /// A coordinator whose first read of several records (which gang is whose) takes `stall`.
+    struct Stalling {
+        inner: MemoryCoordinator,
+        stalled: AtomicBool,
+        stall: Duration,
+    }
+
+    #[async_trait]
+    impl Coordinator for Stalling {
+        fn describe(&self) -> String {
+            "stalling".into()
+        }
+        async fn execute(&self, request: Request) -> Result<Reply, CoordError> {
+            let many = matches!(request, Request::HgetallMany(_));
+            if many && !self.stalled.swap(true, Ordering::SeqCst) {
+                tokio::time::sleep(self.stall).await;
+            }
+            self.inner.execute(request).await
+        }
+    }
+
+    /// The budget bounds the whole round: a slow read of the workers' records comes out of
+    /// their time. (It once came on top: each worker of no gang was given the whole budget
+    /// again after the read, so a round asked within 2 s took 3.5 s.)
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_read_of_the_records_does_not_stretch_the_round() {
+        let cfg = Config { node_name: "gpu-1".into(), ..Config::default() };
+        let runtime = FakeRuntime::default();
+        runtime.add("c1", "trainer-0");
+        let coord = Stalling {
+            inner: MemoryCoordinator::new(Arc::new(SystemClock)),
+            stalled: AtomicBool::new(false),
+            stall: Duration::from_millis(1500),
+        };
+        let metrics = Arc::new(Metrics::new());
+        let asks = Checkpointer::new(&cfg, Arc::new(coord), Arc::new(runtime), metrics);
+        let started = tokio::time::Instant::now();
+        let results = asks.request("test", Duration::from_secs(2)).await;
+        let took = started.elapsed();
+        assert_eq!(results.len(), 1, "{results:?}");
+        assert_eq!(results[0].outcome, Outcome::TimedOut, "never acknowledged: {results:?}");
+        assert!(took <= Duration::from_secs(2), "the round took {took:?} of a 2 s budget");
+        assert!(
+            took >= Duration::from_millis(1900),
+            "the worker was given what was left: {took:?}"
+        );
+    }
 }
