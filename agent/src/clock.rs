@@ -34,19 +34,18 @@ pub(crate) fn duration(span: Millis) -> Duration {
 
 /// UTC calendar day of a timestamp, `YYYY-MM-DD`: the breaker's unit.
 pub fn utc_day(now: Millis) -> String {
-    timestamp(now)
-        .map(|t| t.strftime("%Y-%m-%d").to_string())
-        .unwrap_or_else(|| "invalid-day".into())
+    strftime(now, "%Y-%m-%d").unwrap_or_else(|| "invalid-day".into())
 }
 
-fn timestamp(now: Millis) -> Option<jiff::Timestamp> {
-    jiff::Timestamp::from_millisecond(now).ok()
+/// A timestamp in `format` (UTC); `None` for one out of the calendar's range.
+fn strftime(now: Millis, format: &str) -> Option<String> {
+    jiff::Timestamp::from_millisecond(now).ok().map(|t| t.strftime(format).to_string())
 }
 
 /// `HH:MM:SS` (UTC) of a timestamp, for compact timelines (`vigil demo`'s).
 #[cfg_attr(not(feature = "demo"), allow(dead_code))]
 pub(crate) fn hhmmss(now: Millis) -> String {
-    timestamp(now).map(|t| t.strftime("%H:%M:%S").to_string()).unwrap_or_default()
+    strftime(now, "%H:%M:%S").unwrap_or_default()
 }
 
 /// Milliseconds of an RFC 3339 timestamp (any offset), or `None` when it is not one.
@@ -56,9 +55,7 @@ pub(crate) fn parse_rfc3339(text: &str) -> Option<Millis> {
 
 /// RFC 3339 rendering for alerts and the trail.
 pub(crate) fn rfc3339(now: Millis) -> String {
-    timestamp(now)
-        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
-        .unwrap_or_else(|| now.to_string())
+    strftime(now, "%Y-%m-%dT%H:%M:%S%.3fZ").unwrap_or_else(|| now.to_string())
 }
 
 /// Human duration (`3m 12s`) from milliseconds, rounded to seconds.

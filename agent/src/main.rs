@@ -14,29 +14,20 @@ fn main() -> ExitCode {
     // servers, the watchers, the Node controller), so a slow call in one never stalls the other.
     // Blocking calls (a log file's tail on CRI, the TPU's sysfs reads, a DNS lookup) borrow a
     // short-lived thread that goes after 2 s idle. NVML has its own thread, on GPU nodes only.
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    let built = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .max_blocking_threads(4)
         .thread_keep_alive(Duration::from_secs(2))
         .thread_name("vigil")
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("vigil: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
+        .inspect_err(|e| eprintln!("vigil: cannot start the async runtime: {e}"));
+    let Ok(runtime) = built else { return ExitCode::from(1) };
     let result = runtime.block_on(vigil::cli::dispatch(cli));
     // Tasks still running (a call stuck on a dead dependency) are dropped, not waited for: the
     // drain already had its deadline.
     runtime.shutdown_timeout(Duration::from_millis(500));
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("vigil: {e}");
-            ExitCode::from(e.exit_code())
-        }
-    }
+    let Err(e) = result else { return ExitCode::SUCCESS };
+    eprintln!("vigil: {e}");
+    ExitCode::from(e.exit_code())
 }

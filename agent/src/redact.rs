@@ -139,11 +139,8 @@ pub struct Hidden;
 
 impl Redaction for Hidden {
     fn redact(text: &str) -> String {
-        if text.is_empty() {
-            String::new()
-        } else {
-            MASK.to_string()
-        }
+        let shown = if text.is_empty() { "" } else { MASK };
+        shown.to_string()
     }
 }
 

@@ -84,30 +84,28 @@ struct Open {
     starts_at: SystemTime,
 }
 
-struct Inner {
-    to: Endpoint,
-    /// Open alerts by their labels (as JSON: the identity Alertmanager uses).
-    open: Mutex<BTreeMap<String, Open>>,
-}
+/// Open alerts by their labels (as JSON: the identity Alertmanager uses).
+type OpenAlerts = Mutex<BTreeMap<String, Open>>;
 
 /// Posts alerts to an Alertmanager and keeps workers' alerts open until they are resolved.
 pub struct AlertmanagerSink {
-    inner: Arc<Inner>,
+    to: Endpoint,
+    /// Shared with the re-posting task, which ends once the sink is gone.
+    open: Arc<OpenAlerts>,
 }
 
 impl AlertmanagerSink {
     /// `url` is Alertmanager's base URL (`http://alertmanager:9093`); alerts go to
     /// `/api/v2/alerts` under it. Open alerts are re-posted every `repost` by a task that ends
-    /// with the sink (it needs a Tokio runtime; without one nothing is re-posted).
+    /// with the sink (it needs a Tokio runtime; without one nothing is re-posted); that task
+    /// posts through a copy of the endpoint made here.
     pub fn new(url: &str, timeout: Duration, attempts: u32, repost: Duration) -> Self {
-        let inner = Arc::new(Inner {
-            to: Endpoint::new("alertmanager", url, timeout, attempts.max(1)).under(ALERTS_PATH),
-            open: Mutex::new(BTreeMap::new()),
-        });
+        let to = Endpoint::new("alertmanager", url, timeout, attempts.max(1)).under(ALERTS_PATH);
+        let open = Arc::new(OpenAlerts::default());
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(repost_loop(Arc::downgrade(&inner), repost));
+            rt.spawn(repost_loop(to.clone(), Arc::downgrade(&open), repost));
         }
-        AlertmanagerSink { inner }
+        AlertmanagerSink { to, open }
     }
 }
 
@@ -115,23 +113,23 @@ impl AlertmanagerSink {
 impl AlertmanagerSink {
     /// How many alerts are open (re-posted).
     pub fn open(&self) -> usize {
-        self.inner.open.lock().map(|o| o.len()).unwrap_or(0)
+        self.open.lock().map(|o| o.len()).unwrap_or(0)
     }
 }
 
-async fn repost_loop(inner: Weak<Inner>, every: Duration) {
+async fn repost_loop(to: Endpoint, open: Weak<OpenAlerts>, every: Duration) {
     let every = every.max(Duration::from_secs(1));
     loop {
         tokio::time::sleep(every).await;
-        let Some(inner) = inner.upgrade() else { return };
-        let body: Vec<Value> = match inner.open.lock() {
-            Ok(open) => open.values().map(|o| payload(&o.alert, o.starts_at, None)).collect(),
+        let Some(alerts) = open.upgrade() else { return };
+        let body: Vec<Value> = match alerts.lock() {
+            Ok(map) => map.values().map(|o| payload(&o.alert, o.starts_at, None)).collect(),
             Err(_) => return,
         };
         if body.is_empty() {
             continue;
         }
-        if let Err(e) = inner.to.post(&body).await {
+        if let Err(e) = to.post(&body).await {
             tracing::error!(error = %e, alerts = body.len(), "re-posting open alerts to Alertmanager failed");
         }
     }
@@ -148,8 +146,8 @@ impl AlertSink for AlertmanagerSink {
         let starts_at = if alert.worker.is_some() {
             // Kept open (re-posted) until resolved; the same labels again is the same alert,
             // its annotations updated and its start kept.
-            let poisoned = |_| self.inner.to.error(0, "alert state poisoned by a panic".into());
-            let mut open = self.inner.open.lock().map_err(poisoned)?;
+            let poisoned = |_| self.to.error(0, "alert state poisoned by a panic".into());
+            let mut open = self.open.lock().map_err(poisoned)?;
             let entry = open
                 .entry(key(alert))
                 .or_insert_with(|| Open { alert: alert.clone(), starts_at: now });
@@ -158,42 +156,38 @@ impl AlertSink for AlertmanagerSink {
         } else {
             now
         };
-        self.inner.to.post(&[payload(alert, starts_at, None)]).await
+        self.to.post(&[payload(alert, starts_at, None)]).await
     }
 
     fn open_workers(&self, node: &str) -> Vec<String> {
-        let Ok(open) = self.inner.open.lock() else { return Vec::new() };
+        let Ok(open) = self.open.lock() else { return Vec::new() };
         let all =
             open.values().filter(|o| o.alert.node == node).filter_map(|o| o.alert.worker.clone());
         all.collect::<BTreeSet<_>>().into_iter().collect()
     }
 
     async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
-        let ended: Vec<Open> = {
-            let Ok(mut open) = self.inner.open.lock() else { return };
-            let keys: Vec<String> = open
-                .iter()
-                .filter(|(_, o)| {
-                    o.alert.node == node
-                        && o.alert.worker.as_deref() == Some(worker)
-                        && end.covers(o.alert.kind)
-                })
-                .map(|(k, _)| k.clone())
-                .collect();
-            keys.iter().filter_map(|k| open.remove(k)).collect()
+        let ended: BTreeMap<String, Open> = {
+            let Ok(mut open) = self.open.lock() else { return };
+            let (ended, kept) = std::mem::take(&mut *open).into_iter().partition(|(_, o)| {
+                o.alert.node == node
+                    && o.alert.worker.as_deref() == Some(worker)
+                    && end.covers(o.alert.kind)
+            });
+            *open = kept;
+            ended
         };
         if ended.is_empty() {
             return;
         }
         let now = SystemTime::now();
         let body: Vec<Value> =
-            ended.iter().map(|o| payload(&o.alert, o.starts_at, Some(now))).collect();
+            ended.values().map(|o| payload(&o.alert, o.starts_at, Some(now))).collect();
         // NB: in the background: the engine resolves from inside the restart path, under the
         // node lock, whose TTL is sized for one alert's delivery, not for this one too.
-        let inner = self.inner.clone();
-        let worker = worker.to_string();
+        let (to, worker) = (self.to.clone(), worker.to_string());
         super::in_background(async move {
-            if let Err(e) = inner.to.post(&body).await {
+            if let Err(e) = to.post(&body).await {
                 tracing::error!(error = %e, worker, "resolving alerts in Alertmanager failed; they expire after its resolve_timeout");
             }
         })

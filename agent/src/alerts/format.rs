@@ -1,6 +1,8 @@
 //! The webhook bodies other than Slack's: PagerDuty Events API v2 (trigger, resolve, and the
 //! `dedup_key` that ties them) and generic JSON.
 
+use serde_json::{json, Value};
+
 use super::{tail_chars, Alert};
 use crate::vocab::node::truncate;
 
@@ -16,7 +18,7 @@ pub(crate) fn dedup_key(alert: &Alert) -> String {
 }
 
 /// A PagerDuty Events API v2 event that triggers (or updates) the alert's incident.
-pub(crate) fn pagerduty_trigger(alert: &Alert, routing_key: &str) -> serde_json::Value {
+pub(crate) fn pagerduty_trigger(alert: &Alert, routing_key: &str) -> Value {
     let severity = match alert.kind.severity() {
         "page" => "critical",
         "info" => "info",
@@ -28,9 +30,9 @@ pub(crate) fn pagerduty_trigger(alert: &Alert, routing_key: &str) -> serde_json:
     }
     let mut details = serde_json::to_value(alert).unwrap_or_default();
     if let Some(logs) = alert.logs.as_deref() {
-        details["logs"] = serde_json::json!(tail_chars(logs, 3000));
+        details["logs"] = json!(tail_chars(logs, 3000));
     }
-    let mut payload = serde_json::json!({
+    let mut payload = json!({
         "summary": summary,
         "source": alert.node,
         "severity": severity,
@@ -38,12 +40,12 @@ pub(crate) fn pagerduty_trigger(alert: &Alert, routing_key: &str) -> serde_json:
         "custom_details": details,
     });
     if let Some(w) = &alert.worker {
-        payload["component"] = serde_json::json!(w);
+        payload["component"] = json!(w);
     }
     if let Some(j) = &alert.job {
-        payload["group"] = serde_json::json!(j);
+        payload["group"] = json!(j);
     }
-    serde_json::json!({
+    json!({
         "routing_key": routing_key,
         "event_action": "trigger",
         "dedup_key": dedup_key(alert),
@@ -52,22 +54,18 @@ pub(crate) fn pagerduty_trigger(alert: &Alert, routing_key: &str) -> serde_json:
 }
 
 /// A PagerDuty Events API v2 event that resolves the incident of `dedup_key`.
-pub(crate) fn pagerduty_resolve(dedup_key: &str, routing_key: &str) -> serde_json::Value {
-    serde_json::json!({
-        "routing_key": routing_key,
-        "event_action": "resolve",
-        "dedup_key": dedup_key,
-    })
+pub(crate) fn pagerduty_resolve(dedup_key: &str, routing_key: &str) -> Value {
+    json!({ "routing_key": routing_key, "event_action": "resolve", "dedup_key": dedup_key })
 }
 
 /// The generic JSON body: the alert's fields, with `summary` and `status` (`firing`).
-pub(crate) fn json_body(alert: &Alert) -> serde_json::Value {
+pub(crate) fn json_body(alert: &Alert) -> Value {
     let mut v = serde_json::to_value(alert).unwrap_or_default();
-    v["summary"] = serde_json::json!(alert.summary());
-    v["status"] = serde_json::json!("firing");
-    v["severity"] = serde_json::json!(alert.kind.severity());
+    v["summary"] = json!(alert.summary());
+    v["status"] = json!("firing");
+    v["severity"] = json!(alert.kind.severity());
     if let Some(logs) = alert.logs.as_deref() {
-        v["logs"] = serde_json::json!(tail_chars(logs, 3000));
+        v["logs"] = json!(tail_chars(logs, 3000));
     }
     v
 }

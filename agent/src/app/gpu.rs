@@ -9,6 +9,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::accel::gpu::kubelet::follow;
 use crate::accel::gpu::model::GpuReport;
+use crate::accel::gpu::start;
 use crate::config::Config;
 use crate::http::health::Warnings;
 use crate::kube::device_taints::KubeDeviceTaints;
@@ -39,9 +40,7 @@ pub(super) async fn gpu_health(
     let (gpu_cfg, gpu_stop) = (cfg.gpu.clone(), stop.child_token());
     tracker.spawn(async move {
         // NB: the monitor's thread is detached: a wedged NVML call must not hold the exit.
-        let started =
-            crate::accel::gpu::start::start(&gpu_cfg, gpu_tx, gpu_stop, Some(warnings), heard);
-        drop(started.await);
+        drop(start::start(&gpu_cfg, gpu_tx, gpu_stop, Some(warnings), heard).await);
     });
     (gpu_rx, dra)
 }

@@ -22,19 +22,15 @@ pub(super) async fn release_start_up_code(stop: tokio_util::sync::CancellationTo
 
 #[cfg(target_os = "linux")]
 fn code_pages_on_demand() {
-    let (Ok(exe), Ok(maps)) =
-        (std::fs::read_link("/proc/self/exe"), std::fs::read_to_string("/proc/self/maps"))
-    else {
-        return;
-    };
+    let Ok(exe) = std::fs::read_link("/proc/self/exe") else { return };
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return };
     let hex = |s: &str| usize::from_str_radix(s, 16).ok();
     for line in maps.lines() {
         // `start-end perms offset dev inode path`
         let mut fields = line.splitn(6, ' ');
-        let (Some(range), Some(perms), Some(path)) = (fields.next(), fields.next(), fields.nth(3))
-        else {
-            continue;
-        };
+        let Some(range) = fields.next() else { continue };
+        let Some(perms) = fields.next() else { continue };
+        let Some(path) = fields.nth(3) else { continue };
         // Only the read-only mappings: a written page (relocated data) would be swapped, not let go.
         if perms.contains('w') || std::path::Path::new(path.trim_start()) != exe {
             continue;

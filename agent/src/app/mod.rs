@@ -1,6 +1,7 @@
 //! The wiring of `vigil run`: logging, signals, the production adapters, the engines and the
 //! server, and the drain at SIGTERM.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,7 +39,7 @@ mod memory;
 mod signals;
 
 use memory::release_start_up_code;
-pub(crate) use signals::{install_signals, Signals};
+use signals::{install_signals, Signals};
 
 /// How often the agent re-reads its drills (one HGETALL): a drill run from anywhere shows in
 /// the metrics within a minute.
@@ -115,13 +116,15 @@ async fn node_api(cfg: &Config) -> Option<Arc<dyn NodeApi>> {
     Some(connected(cfg, KubeNodeApi::connect(&cfg.kubernetes.api_url), lost).await?)
 }
 
-/// Wire the production adapters and run until SIGTERM/SIGINT (or `signals.term`), then drain:
-/// the checkpoint round, then every task, all before `checkpoint.grace` runs out.
+/// Install the signal handlers (SIGHUP re-reads `path`; the `--dry-run` flag, `dry_run`, holds
+/// across reloads), wire the production adapters and run until SIGTERM/SIGINT, then drain: the
+/// checkpoint round, then every task, all before `checkpoint.grace` runs out.
 ///
-/// An error when the drain ran out of time, so the process exits non-zero.
-pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
+/// An error when a handler cannot be installed or the drain ran out of time, so the process
+/// exits non-zero.
+pub(crate) async fn run(cfg: Config, path: Option<PathBuf>, dry_run: bool) -> Result<(), RunError> {
     init_logging(&cfg);
-    let Signals { stop, term, reload } = signals;
+    let Signals { stop, term, reload } = install_signals(path, &cfg, dry_run)?;
     // Whatever way this function returns, every task it started stops.
     let _stop_all = stop.clone().drop_guard();
     let w = Wiring::new(cfg, stop).await?;
@@ -237,7 +240,6 @@ impl Wiring {
         let lost = "Kubernetes API unavailable: the Node's labels (pool, provisioning, GKE maintenance) will not be read";
         let connect = KubeNodeReader::connect(&self.cfg.kubernetes.api_url);
         let Some(reader) = connected(&self.cfg, connect, lost).await else { return (rx, None) };
-        let reader: Arc<dyn NodeReader> = reader;
         self.tracker.spawn(crate::node::info::follow(
             reader.clone(),
             self.cfg.node_name.clone(),

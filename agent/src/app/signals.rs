@@ -52,17 +52,14 @@ pub(crate) fn install_signals(
                 got = sighup.recv() => if got.is_none() { return },
                 _ = s.cancelled() => return,
             }
-            match Config::load(path.as_deref(), &ProcessEnv) {
-                Ok(mut cfg) => {
-                    // `--dry-run` on the command line stays in force across reloads.
-                    cfg.dry_run |= dry_run_flag;
-                    tracing::info!("SIGHUP: configuration re-read");
-                    let _ = tx.send(cfg);
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "SIGHUP: the new configuration is invalid; keeping the running one")
-                }
-            }
+            let loaded = Config::load(path.as_deref(), &ProcessEnv).inspect_err(|e| {
+                tracing::error!(error = %e, "SIGHUP: the new configuration is invalid; keeping the running one")
+            });
+            let Ok(mut cfg) = loaded else { continue };
+            // `--dry-run` on the command line stays in force across reloads.
+            cfg.dry_run |= dry_run_flag;
+            tracing::info!("SIGHUP: configuration re-read");
+            let _ = tx.send(cfg);
         }
     });
     Ok(Signals { stop, term, reload })

@@ -31,7 +31,8 @@ pub(super) async fn run(cfg: &Config, node: Option<String>, dry_run: bool) -> Re
     Ok(())
 }
 
-/// The report: one line per field removed (or that would be), or one line saying there is none.
+/// The report: one line per field removed (or that would be), or one line saying there is none;
+/// then a note per label left alone.
 fn render(node: &str, prefix: &str, removed: &Cleanup, dry_run: bool) -> String {
     let mut out = if removed.is_empty() {
         format!(
@@ -39,7 +40,22 @@ fn render(node: &str, prefix: &str, removed: &Cleanup, dry_run: bool) -> String 
              no Vigil taint or condition)\n"
         )
     } else {
-        render_removed(node, removed, dry_run)
+        let verb = if dry_run { "would remove" } else { "removed" };
+        let mut out = format!("node {node}: {verb}\n");
+        for (kind, items) in [
+            ("label", &removed.labels),
+            ("annotation", &removed.annotations),
+            ("taint", &removed.taints),
+            ("condition", &removed.conditions),
+        ] {
+            for item in items {
+                out.push_str(&format!("  {kind} {item}\n"));
+            }
+        }
+        if dry_run {
+            out.push_str("(dry run: nothing was written)\n");
+        }
+        out
     };
     for label in &removed.kept {
         let key = label.split('=').next().unwrap_or(label);
@@ -47,26 +63,6 @@ fn render(node: &str, prefix: &str, removed: &Cleanup, dry_run: bool) -> String 
             "note: label {label} left alone: it is GKE's, which Vigil sets while it holds the \
              opportunistic-maintenance claim; if Vigil set it: kubectl label node {node} {key}-\n"
         ));
-    }
-    out
-}
-
-/// One line per field removed (or that would be).
-fn render_removed(node: &str, removed: &Cleanup, dry_run: bool) -> String {
-    let verb = if dry_run { "would remove" } else { "removed" };
-    let mut out = format!("node {node}: {verb}\n");
-    for (kind, items) in [
-        ("label", &removed.labels),
-        ("annotation", &removed.annotations),
-        ("taint", &removed.taints),
-        ("condition", &removed.conditions),
-    ] {
-        for item in items {
-            out.push_str(&format!("  {kind} {item}\n"));
-        }
-    }
-    if dry_run {
-        out.push_str("(dry run: nothing was written)\n");
     }
     out
 }

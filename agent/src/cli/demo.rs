@@ -210,32 +210,30 @@ impl Night {
     /// The maintenance notices of the second act.
     async fn notices(&mut self, out: &mut dyn Write, now: Millis) -> std::io::Result<()> {
         let t = hhmmss(now);
-        if now == at(40, 0) {
+        let notice = if now == at(40, 0) {
             writeln!(out, "{t}  GCE     upcoming-maintenance: PENDING (can_reschedule=true)")?;
-            self.controller
-                .apply(MaintenanceState {
-                    phase: Phase::Pending,
-                    reasons: vec!["upcoming-pending"],
-                    can_reschedule: true,
-                    window_start: Some("2026-11-30T03:00:00Z".into()),
-                    window_end: Some("2026-11-30T04:00:00Z".into()),
-                    interruption: None,
-                    sources: vec![Source::Metadata],
-                })
-                .await;
-        }
-        if now == at(43, 0) {
+            MaintenanceState {
+                phase: Phase::Pending,
+                reasons: vec!["upcoming-pending"],
+                can_reschedule: true,
+                window_start: Some("2026-11-30T03:00:00Z".into()),
+                window_end: Some("2026-11-30T04:00:00Z".into()),
+                interruption: None,
+                sources: vec![Source::Metadata],
+            }
+        } else if now == at(43, 0) {
             writeln!(out, "{t}  GCE     maintenance-event: TERMINATE_ON_HOST_MAINTENANCE")?;
-            self.controller
-                .apply(MaintenanceState {
-                    phase: Phase::Terminating,
-                    reasons: vec!["terminate-on-host-maintenance"],
-                    interruption: Some(Interruption::HostMaintenance),
-                    sources: vec![Source::Metadata],
-                    ..MaintenanceState::default()
-                })
-                .await;
-        }
+            MaintenanceState {
+                phase: Phase::Terminating,
+                reasons: vec!["terminate-on-host-maintenance"],
+                interruption: Some(Interruption::HostMaintenance),
+                sources: vec![Source::Metadata],
+                ..MaintenanceState::default()
+            }
+        } else {
+            return Ok(());
+        };
+        self.controller.apply(notice).await;
         Ok(())
     }
 

@@ -242,23 +242,20 @@ async fn metadata(cfg: &Config) -> Check {
         Ok(c) => c,
         Err(e) => return Check::fail("metadata", e.to_string()),
     };
+    let base = client.base_url();
     let read = client.get(crate::maintenance::metadata::MAINTENANCE_EVENT_PATH, None);
     match tokio::time::timeout(Duration::from_secs(5), read).await {
         Ok(Ok(v)) => Check::ok(
             "metadata",
             format!("GCE metadata server answers; maintenance-event = {}", v.value.trim()),
         ),
-        Ok(Err(MetadataError::NotFound { .. })) => {
-            Check::fail("metadata", blind_hint(client.base_url()))
-        }
+        Ok(Err(MetadataError::NotFound { .. })) => Check::fail("metadata", blind_hint(base)),
         Ok(Err(e)) => check(
             "metadata",
             if cfg.metadata.enabled == Switch::On { Level::Fail } else { Level::Warn },
             format!("{e}; off GCE this is expected (set metadata.enabled = off to silence)"),
         ),
-        Err(_) => {
-            Check::warn("metadata", format!("no answer from {} within 5s", client.base_url()))
-        }
+        Err(_) => Check::warn("metadata", format!("no answer from {base} within 5s")),
     }
 }
 

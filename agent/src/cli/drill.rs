@@ -55,10 +55,10 @@ fn wait(s: &str) -> Result<std::time::Duration, String> {
 }
 
 /// `--node` and the node of `--worker`: a node name as the agents take it.
-fn node_name(flag: &str, n: &str) -> Result<(), CliError> {
+fn node_name(flag: &str, n: &str) -> Result<String, CliError> {
     let why = "is no node name (at most 253 characters of a-z A-Z 0-9 . - _)";
     let valid = crate::config::valid_node_name(n);
-    valid.then_some(()).ok_or_else(|| failed(format!("{flag}: {n:?} {why}")))
+    valid.then(|| n.to_string()).ok_or_else(|| failed(format!("{flag}: {n:?} {why}")))
 }
 
 /// The target the flags name.
@@ -68,13 +68,11 @@ fn target(cfg: &Config, d: &CheckpointDrill) -> Result<Target, CliError> {
     }
     if let Some(w) = &d.worker {
         let (node, worker) = w.split_once('/').unwrap_or((cfg.node_name.as_str(), w.as_str()));
-        super::worker_id(worker).map_err(|e| failed(format!("--worker {w}: {e}")))?;
-        node_name("--worker", node)?;
-        return Ok(Target::Worker { node: node.to_string(), worker: worker.to_string() });
+        let worker = super::worker_id(worker).map_err(|e| failed(format!("--worker {w}: {e}")))?;
+        return Ok(Target::Worker { node: node_name("--worker", node)?, worker });
     }
-    let node = d.node.clone().unwrap_or_else(|| cfg.node_name.clone());
-    node_name("--node", &node)?;
-    Ok(Target::Node(node))
+    let node = d.node.as_deref().unwrap_or(&cfg.node_name);
+    Ok(Target::Node(node_name("--node", node)?))
 }
 
 pub(super) async fn run(cfg: &Config, d: &CheckpointDrill) -> Result<(), CliError> {

@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::coord::redis::RedisCoordinator;
 use crate::coord::{Coordinator, Keys};
 use crate::fleet::gangs;
+use crate::fleet::view::NodeRecord;
 
 pub(super) async fn run(cfg: &Config, node: Option<String>, limit: usize) -> Result<(), CliError> {
     let node = node.unwrap_or_else(|| cfg.node_name.clone());
@@ -35,9 +36,7 @@ pub(super) async fn run(cfg: &Config, node: Option<String>, limit: usize) -> Res
 /// incident, decision and blockers.
 async fn gangs_of(coord: &dyn Coordinator, cfg: &Config, keys: &Keys) -> Result<String, CliError> {
     let record = coord.hgetall(&keys.agent()).await.map_err(failed)?;
-    let Some(rec) = crate::fleet::view::NodeRecord::from_fields(&record) else {
-        return Ok(String::new());
-    };
+    let Some(rec) = NodeRecord::from_fields(&record) else { return Ok(String::new()) };
     let now = coord.time().await.map_err(failed)?;
     let timing = crate::hang::policy_gang::Timing::of(cfg);
     let prefix = &cfg.redis.key_prefix;

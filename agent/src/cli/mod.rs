@@ -321,9 +321,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Run { config, dry_run } => {
             let mut cfg = load(&config)?;
             cfg.dry_run |= dry_run;
-            let signals = crate::app::install_signals(config.config.clone(), &cfg, dry_run)
-                .map_err(failed)?;
-            crate::app::run(cfg, signals).await.map_err(failed)
+            crate::app::run(cfg, config.config, dry_run).await.map_err(failed)
         }
         Command::Beat(args) => beat::command(args).await,
         Command::Policy { config, table } => policy::run(&load(&config)?, table),

@@ -34,10 +34,9 @@ pub struct AlertsConfig {
     #[serde(with = "super::duration")]
     #[educe(Default(expression = Duration::from_secs(60)))]
     pub(crate) alertmanager_repost: Duration,
-    /// The webhook's body: `slack` (Slack-compatible `text`, and `vigil`), `pagerduty` (an
-    /// Events API v2 event: trigger, then resolve when the incident ends) or `json` (the alert's
-    /// fields, with `summary` and `status`).
-    #[educe(Default(expression = WebhookFormat::Slack))]
+    /// The webhook's body: `slack` (the default: Slack-compatible `text`, and `vigil`),
+    /// `pagerduty` (an Events API v2 event: trigger, then resolve when the incident ends) or `json`
+    /// (the alert's fields, with `summary` and `status`).
     pub format: WebhookFormat,
     /// The PagerDuty integration's routing key (`format = "pagerduty"`). A secret: shown as
     /// `***`; env `VIGIL_PAGERDUTY_ROUTING_KEY` (from the Secret `vigil`).

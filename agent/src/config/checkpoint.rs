@@ -14,22 +14,15 @@ use crate::redact::{self, Secret, Urls};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "&'static str")]
 #[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "UPPERCASE", prefix = "SIG")]
 pub(crate) enum Signal {
-    #[strum(serialize = "SIGUSR1")]
     Usr1,
-    #[strum(serialize = "SIGUSR2")]
     Usr2,
-    #[strum(serialize = "SIGTERM")]
     Term,
-    #[strum(serialize = "SIGINT")]
     Int,
-    #[strum(serialize = "SIGHUP")]
     Hup,
-    #[strum(serialize = "SIGQUIT")]
     Quit,
-    #[strum(serialize = "SIGWINCH")]
     Winch,
-    #[strum(serialize = "SIGPWR")]
     Pwr,
 }
 
@@ -110,9 +103,8 @@ impl From<CheckpointMethod> for String {
 /// stopped for two very different reasons: its node is going away (the workers will go too), or
 /// it is being replaced (a DaemonSet rollout, `systemctl restart`), when the workers go on as
 /// they are and a save asked of every worker of every node is a cost for nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "kebab-case")]
-#[derive(strum::IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub(crate) enum OnSigterm {
     /// Only when the node is going away: a termination or preemption notice, the Node being
@@ -194,7 +186,20 @@ impl CheckpointConfig {
 
 #[cfg(test)]
 mod tests {
+    use strum::VariantArray;
+
     use super::super::testing::assert_names_keys;
+    use super::Signal;
+
+    /// The signals' names are written nowhere (strum's `prefix` and `serialize_all` make them):
+    /// pinned here, as `checkpoint.signal` and the `signal:NAME` method spell them.
+    #[test]
+    fn signal_names() {
+        let names: Vec<&str> = Signal::VARIANTS.iter().map(|s| s.as_str()).collect();
+        let expected =
+            ["SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGWINCH", "SIGPWR"];
+        assert_eq!(names, expected);
+    }
 
     #[test]
     fn every_invalid_value_names_its_key() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, bad_if, ConfigError};
+use super::{at_least_a_second, bad, bad_if, ConfigError};
 
 /// What the node a slow gang names gets besides its `VigilSlow` condition (`gang.pace.taint`).
 #[derive(
@@ -108,8 +108,7 @@ pub struct PaceConfig {
     pub warmup: Duration,
     /// While a slow gang names this node's member, and `taint_for` after, a
     /// `<label_prefix>slow=true` taint beside the `VigilSlow` condition (opt-in): `NoSchedule`,
-    /// or `NoExecute` for jobs that can replace a node.
-    #[educe(Default(expression = SlowTaint::Off))]
+    /// or `NoExecute` for jobs that can replace a node; `off` by default.
     pub taint: SlowTaint,
     /// How long the taint stays after the node was last named (its member gone, or back at its
     /// pace): a replacement is not placed straight back on it.
@@ -118,34 +117,30 @@ pub struct PaceConfig {
     pub taint_for: Duration,
 }
 
-impl PaceConfig {
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        bad_if(
-            !(self.slow_fraction > 0.0 && self.slow_fraction < 1.0),
-            "gang.pace.slow_fraction",
-            "must be above 0 and below 1 (0.85: slower than 85 % of the baseline)",
-        )?;
-        bad_if(self.window < Duration::from_secs(1), "gang.pace.window", "must be at least 1s")?;
-        bad_if(
-            self.min_steps == 0 || self.learn_windows == 0,
-            "gang.pace.min_steps",
-            "gang.pace.min_steps and gang.pace.learn_windows must be at least 1",
-        )?;
-        if self.slow_for < self.window {
-            return bad("gang.pace.slow_for", "must be at least gang.pace.window");
-        }
-        Ok(())
-    }
-}
-
 impl GangConfig {
+    /// `breaker_per_day` above 0, and `[gang.pace]`'s fraction, windows and counts in bounds.
     pub fn validate(&self) -> Result<(), ConfigError> {
         bad_if(
             self.breaker_per_day == 0,
             "gang.breaker_per_day",
             "0 is ambiguous: use gang.action = \"alert-only\" to never restart a gang",
         )?;
-        self.pace.validate()
+        let pace = &self.pace;
+        bad_if(
+            !(pace.slow_fraction > 0.0 && pace.slow_fraction < 1.0),
+            "gang.pace.slow_fraction",
+            "must be above 0 and below 1 (0.85: slower than 85 % of the baseline)",
+        )?;
+        at_least_a_second("gang.pace.window", pace.window)?;
+        bad_if(
+            pace.min_steps == 0 || pace.learn_windows == 0,
+            "gang.pace.min_steps",
+            "gang.pace.min_steps and gang.pace.learn_windows must be at least 1",
+        )?;
+        if pace.slow_for < pace.window {
+            return bad("gang.pace.slow_for", "must be at least gang.pace.window");
+        }
+        Ok(())
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, bad_if, ConfigError, Switch};
+use super::{at_least_a_second, bad, bad_if, ConfigError, Switch};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
 #[educe(Default)]
@@ -84,13 +84,9 @@ pub struct XidThreshold {
 impl GpuConfig {
     /// A sampling interval of at least a second; `xid_actions` keys are XID numbers.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.sample_interval < Duration::from_secs(1) {
-            return bad("gpu.sample_interval", "must be at least 1s");
-        }
+        at_least_a_second("gpu.sample_interval", self.sample_interval)?;
         bad_if(self.xid_threshold.count == 0, "gpu.xid_threshold.count", "must be at least 1")?;
-        if self.xid_threshold.window < Duration::from_secs(1) {
-            return bad("gpu.xid_threshold.window", "must be at least 1s");
-        }
+        at_least_a_second("gpu.xid_threshold.window", self.xid_threshold.window)?;
         // NB: the XID wait itself lasts up to a second; a deadline near it would call a
         // healthy driver wedged.
         if self.call_deadline < Duration::from_secs(2) {
@@ -114,13 +110,12 @@ impl GpuConfig {
             "gpu.dra_driver",
             "must name the DRA driver of the GPUs when gpu.device_taints is on",
         )?;
-        match self.xid_actions.keys().find(|k| k.trim().parse::<u64>().is_err()) {
-            Some(k) => bad(
-                "gpu.xid_actions",
-                format!("{k:?} is not an XID number (write \"79\" = \"reboot-node\")"),
-            ),
-            None => Ok(()),
-        }
+        let not_a_number = self.xid_actions.keys().find(|k| k.trim().parse::<u64>().is_err());
+        let Some(k) = not_a_number else { return Ok(()) };
+        bad(
+            "gpu.xid_actions",
+            format!("{k:?} is not an XID number (write \"79\" = \"reboot-node\")"),
+        )
     }
 
     /// Every override of the built-in XID table (`xid_actions`, its keys parsed: a key that is

@@ -98,9 +98,8 @@ impl Env for HashMap<String, String> {
 }
 
 /// `auto`, `on` or `off`, for the optional integrations (metadata server, Kubernetes, NVML).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::Display)]
 #[serde(rename_all = "lowercase")]
-#[derive(strum::IntoStaticStr, strum::VariantArray, strum::Display)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Switch {
     /// On where the platform is detected; off, said once, elsewhere.
@@ -109,8 +108,6 @@ pub enum Switch {
     On,
     Off,
 }
-
-as_str!(pub Switch);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
 #[educe(Default)]
@@ -154,10 +151,14 @@ fn bad(key: &'static str, problem: impl Into<String>) -> Result<(), ConfigError>
 /// [`bad`] when `broken`: a rule in one call.
 fn bad_if(broken: bool, key: &'static str, problem: impl Into<String>) -> Result<(), ConfigError> {
     if broken {
-        bad(key, problem)
-    } else {
-        Ok(())
+        return bad(key, problem);
     }
+    Ok(())
+}
+
+/// The rule of every duration that must be at least a second.
+fn at_least_a_second(key: &'static str, value: Duration) -> Result<(), ConfigError> {
+    bad_if(value < Duration::from_secs(1), key, "must be at least 1s")
 }
 
 /// `var`'s value, when it is set, into `slot`.
@@ -172,18 +173,6 @@ fn from_env<T: From<String>>(env: &dyn Env, var: &str, slot: &mut T) {
 fn header_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
     let said = |l: &str| !l.trim().is_empty() && !l.trim_start().starts_with('#');
     text.lines().enumerate().filter(move |(_, l)| said(l)).map(|(i, l)| (i + 1, l))
-}
-
-/// Every line of `VIGIL_WEBHOOK_HEADERS` that says something is `Name: value`. NB: one without
-/// a colon was dropped without a word (a pasted `Bearer …` sent no credential); the line is not
-/// shown. (A name that is no header name is refused by `alerts.headers`'s rule.)
-fn env_headers_valid(env: &dyn Env) -> Result<(), ConfigError> {
-    let text = env.get("VIGIL_WEBHOOK_HEADERS").unwrap_or_default();
-    let Some((n, _)) = header_lines(&text).find(|(_, l)| !l.contains(':')) else { return Ok(()) };
-    bad(
-        "VIGIL_WEBHOOK_HEADERS",
-        format!("line {n} is not `Name: value` (the line is not shown: it may hold a secret)"),
-    )
 }
 
 /// A TOML syntax error as where and what, never the line itself: toml's own text quotes the
@@ -243,8 +232,7 @@ impl Config {
             }
             None => Config::default(),
         };
-        env_headers_valid(env)?;
-        cfg.apply_env(env);
+        cfg.apply_env(env)?;
         cfg.validate()?;
         cfg.check_files()?;
         Ok(cfg)
@@ -259,8 +247,10 @@ impl Config {
         bad("redis.ca_file", format!("cannot read {ca}: {e}"))
     }
 
-    /// `NODE_NAME`, `REDIS_URL` and `DOCKER_HOST` win over the file, as in the DaemonSet.
-    pub(crate) fn apply_env(&mut self, env: &dyn Env) {
+    /// `NODE_NAME`, `REDIS_URL` and `DOCKER_HOST` win over the file, as in the DaemonSet. Every
+    /// line of `VIGIL_WEBHOOK_HEADERS` that says something is `Name: value`, or an error that
+    /// does not show the line.
+    pub(crate) fn apply_env(&mut self, env: &dyn Env) -> Result<(), ConfigError> {
         from_env(env, "NODE_NAME", &mut self.node_name);
         from_env(env, "DOCKER_HOST", &mut self.docker.host);
         from_env(env, "GCE_METADATA_HOST", &mut self.metadata.host);
@@ -271,7 +261,16 @@ impl Config {
         from_env(env, "VIGIL_ALERTMANAGER_URL", &mut self.alerts.alertmanager_url);
         from_env(env, "VIGIL_PAGERDUTY_ROUTING_KEY", &mut self.alerts.routing_key);
         let headers = env.get("VIGIL_WEBHOOK_HEADERS").unwrap_or_default();
-        for (name, value) in header_lines(&headers).filter_map(|(_, l)| l.split_once(':')) {
+        for (n, line) in header_lines(&headers) {
+            // NB: a line without a colon used to be dropped without a word (a pasted `Bearer …`
+            // sent no credential). (A name that is no header name is refused by `alerts.headers`'s
+            // rule.)
+            let Some((name, value)) = line.split_once(':') else {
+                return bad(
+                    "VIGIL_WEBHOOK_HEADERS",
+                    format!("line {n} is not `Name: value` (the line is not shown: it may hold a secret)"),
+                );
+            };
             self.alerts.headers.insert(name.trim().to_string(), value.trim().into());
         }
         if self.kubernetes.enabled == Switch::Auto {
@@ -282,6 +281,7 @@ impl Config {
                 || std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string());
             self.node_name = env.get("HOSTNAME").or_else(file).unwrap_or_default();
         }
+        Ok(())
     }
 
     /// Every rule, each section's and those across sections. Every zero duration is named before

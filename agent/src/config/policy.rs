@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, bad_if, ConfigError};
+use super::{at_least_a_second, bad, bad_if, ConfigError};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
 #[educe(Default)]
@@ -108,7 +108,7 @@ impl PolicyConfig {
         if !(l.quantile > 0.5 && l.quantile <= 1.0) {
             return bad("policy.learned.quantile", "must be above 0.5 and at most 1");
         }
-        bad_if(l.floor < Duration::from_secs(1), "policy.learned.floor", "must be at least 1s")?;
+        at_least_a_second("policy.learned.floor", l.floor)?;
         if !(5..=256).contains(&l.min_samples) {
             return bad("policy.learned.min_samples", "must be from 5 to 256");
         }

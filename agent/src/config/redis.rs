@@ -18,10 +18,9 @@ pub struct RedisConfig {
     /// the master's too). A secret: shown with every password and query value hidden
     /// (`redis://user:***@host:6379/0`).
     pub url: Secret<Urls>,
-    /// `single` (one server, or a managed endpoint that fails over behind one address),
-    /// `cluster` (Redis Cluster), or `sentinel` (the master Sentinel names, followed across
-    /// failovers).
-    #[educe(Default(expression = RedisMode::Single))]
+    /// `single` (the default: one server, or a managed endpoint that fails over behind one
+    /// address), `cluster` (Redis Cluster), or `sentinel` (the master Sentinel names, followed
+    /// across failovers).
     pub mode: RedisMode,
     /// With `mode = "sentinel"`: the name the Sentinels monitor the master under.
     pub sentinel_service: String,

@@ -7,9 +7,6 @@ use serde::{Deserialize, Serialize};
 
 use super::{bad, bad_if, ConfigError};
 
-/// Where the kubelet serves its PodResources API (`runtime.pod_resources_socket`'s default).
-pub(crate) const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
-
 /// Which container runtime the agent speaks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -70,20 +67,16 @@ pub struct RuntimeConfig {
     pub(crate) allow_pod_replacement: bool,
     /// CRI: the kubelet's PodResources socket, where each worker's GPUs are read; empty = off
     /// (every worker counts as using every GPU).
-    #[educe(Default(expression = DEFAULT_POD_RESOURCES_SOCKET.into()))]
+    #[educe(Default(expression = "/var/lib/kubelet/pod-resources/kubelet.sock".into()))]
     pub pod_resources_socket: String,
 }
 
 impl RuntimeConfig {
-    /// A label to select workers by, a restart deadline a hung worker fits in, absolute sockets.
+    /// A label to select workers by, a restart deadline a hung worker fits in, and every socket
+    /// an absolute path (the optional ones may be empty).
     pub fn validate(&self) -> Result<(), ConfigError> {
         bad_if(self.worker_label.is_empty(), "runtime.worker_label", "must not be empty")?;
-        self.validate_restart_timeout()?;
-        self.validate_sockets()
-    }
-
-    /// Longer than the stop grace plus one call: a hung worker is killed only when the grace ends.
-    fn validate_restart_timeout(&self) -> Result<(), ConfigError> {
+        // Longer than the stop grace plus a call: a hung worker is killed only when the grace ends.
         let restart_needs = self.stop_grace + self.call_timeout;
         bad_if(
             self.restart_timeout <= restart_needs,
@@ -95,11 +88,7 @@ impl RuntimeConfig {
                 humantime::format_duration(self.restart_timeout),
                 humantime::format_duration(restart_needs)
             ),
-        )
-    }
-
-    /// Every socket is an absolute path (the optional ones may be empty).
-    fn validate_sockets(&self) -> Result<(), ConfigError> {
+        )?;
         // (key, path, whether empty is allowed, and what empty means)
         for (key, path, optional, off) in [
             ("runtime.podman_socket", &self.podman_socket, false, ""),

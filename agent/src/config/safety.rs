@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, bad_if, ConfigError};
+use super::{at_least_a_second, bad_if, ConfigError};
 
 /// Room the lock must still have when the restart command starts, beyond the restart timeout.
 pub(crate) const LOCK_MARGIN: Duration = Duration::from_secs(5);
@@ -39,8 +39,8 @@ impl SafetyConfig {
             "safety.breaker_per_day",
             "0 is ambiguous: use dry_run = true to never restart, or safety.breaker_disabled = true to remove the cap",
         )?;
-        if self.fleet_budget > 0 && self.fleet_window < Duration::from_secs(1) {
-            return bad("safety.fleet_window", "must be at least 1s");
+        if self.fleet_budget > 0 {
+            at_least_a_second("safety.fleet_window", self.fleet_window)?;
         }
         Ok(())
     }

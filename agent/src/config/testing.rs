@@ -12,7 +12,7 @@ pub(super) fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
 /// A TOML file's text, parsed and validated, on node `n1`.
 pub(super) fn parse(text: &str) -> Result<Config, ConfigError> {
     let mut c = Config::parse(text, Path::new("vigil.toml"))?;
-    c.apply_env(&env(&[("NODE_NAME", "n1")]));
+    c.apply_env(&env(&[("NODE_NAME", "n1")]))?;
     c.validate()?;
     Ok(c)
 }

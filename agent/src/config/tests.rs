@@ -22,7 +22,7 @@ fn yaml_is_accepted() {
         Path::new("v.yaml"),
     )
     .unwrap();
-    c.apply_env(&env(&[("NODE_NAME", "n1")]));
+    c.apply_env(&env(&[("NODE_NAME", "n1")])).unwrap();
     c.validate().unwrap();
     assert_eq!(c.policy.stale_after, Duration::from_secs(180));
     assert_eq!(c.safety.breaker_per_day, 5);
@@ -57,7 +57,8 @@ fn env_overrides_file() {
         ("NODE_NAME", "env-node"),
         ("REDIS_URL", "redis://env:2"),
         ("DOCKER_HOST", "tcp://127.0.0.1:2375"),
-    ]));
+    ]))
+    .unwrap();
     assert_eq!(c.node_name, "env-node");
     assert_eq!(c.redis.url.expose(), "redis://env:2");
     assert_eq!(c.docker.host, "tcp://127.0.0.1:2375");
@@ -73,7 +74,8 @@ fn alert_secrets_come_from_the_env() {
             "VIGIL_WEBHOOK_HEADERS",
             "# from the Secret: rotate monthly\nAuthorization: Bearer a:b\nX-Scope: org-1\n",
         ),
-    ]));
+    ]))
+    .unwrap();
     assert_eq!(c.alerts.alertmanager_url.expose(), "http://am:pw@am:9093");
     assert_eq!(c.alerts.routing_key.expose(), "rk");
     let h: Vec<(&str, &str)> =

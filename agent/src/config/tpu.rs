@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, bad_if, ConfigError, Switch};
+use super::{at_least_a_second, bad, bad_if, ConfigError, Switch};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
 #[educe(Default)]
@@ -46,9 +46,7 @@ impl TpuConfig {
         if !self.kernel_log.is_empty() && !self.kernel_log.starts_with('/') {
             return bad("tpu.kernel_log", "must be an absolute path, or empty for off");
         }
-        if self.sample_interval < Duration::from_secs(1) {
-            return bad("tpu.sample_interval", "must be at least 1s");
-        }
+        at_least_a_second("tpu.sample_interval", self.sample_interval)?;
         if self.error_window < self.sample_interval {
             return bad("tpu.error_window", "must be at least tpu.sample_interval");
         }

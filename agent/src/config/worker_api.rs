@@ -17,9 +17,8 @@ use super::{bad, bad_if, ConfigError};
 pub(crate) const MAX_REVIEW_CACHE: Duration = Duration::from_secs(600);
 
 /// How a write on the TCP listener proves who sent it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "lowercase")]
-#[derive(strum::IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub(crate) enum WorkerAuth {
     /// A projected ServiceAccount token (audience `worker_api.audience`) bound to the worker's

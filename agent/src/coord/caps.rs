@@ -74,13 +74,10 @@ impl<'a> Caps<'a> {
         }
     }
 
-    /// The fleet budget this restart is held to: 0 (no fleet cap) outside its scope.
-    fn fleet_budget(&self) -> u32 {
-        if self.fleet {
-            self.safety.fleet_budget
-        } else {
-            0
-        }
+    /// The fleet budget this restart is held to, `None` when there is no fleet cap (a budget of
+    /// 0, or a restart outside its scope).
+    fn fleet_cap(&self) -> Option<u32> {
+        (self.fleet && self.safety.fleet_budget > 0).then_some(self.safety.fleet_budget)
     }
 
     /// Whether `used` restarts today open the breaker (never, when it is off).
@@ -90,8 +87,7 @@ impl<'a> Caps<'a> {
 
     /// Whether the fleet budget of this window is used up (a budget of 0 means no fleet cap).
     pub(crate) fn budget_exhausted(&self, used: u64) -> bool {
-        let budget = self.fleet_budget();
-        budget > 0 && used >= u64::from(budget)
+        self.fleet_cap().is_some_and(|cap| used >= u64::from(cap))
     }
 
     /// The breaker's counter for the day of `now`.
@@ -112,7 +108,7 @@ impl<'a> Caps<'a> {
     /// is a fleet cap). [`Caps::read`] turns their values into (used, open) pairs.
     pub(crate) fn counter_ops(&self, now: Millis) -> Vec<Op> {
         let mut ops = vec![Op::Counter { key: self.breaker_key(now) }];
-        if self.fleet_budget() > 0 {
+        if self.fleet_cap().is_some() {
             ops.push(Op::Counter { key: self.budget_key(now) });
         }
         ops
@@ -130,8 +126,9 @@ impl<'a> Caps<'a> {
     fn counters(&self, now: Millis) -> [Option<Counter>; 2] {
         let breaker =
             self.per_day().map(|cap| (u64::from(cap), self.breaker_key(now), BREAKER_TTL));
-        let (budget, ttl) = (self.fleet_budget(), self.safety.fleet_window * 2);
-        [breaker, (budget > 0).then(|| (u64::from(budget), self.budget_key(now), ttl))]
+        let ttl = self.safety.fleet_window * 2;
+        let budget = self.fleet_cap().map(|cap| (u64::from(cap), self.budget_key(now), ttl));
+        [breaker, budget]
     }
 
     /// Whether `counter` would let a restart through now; nothing is taken.

@@ -29,24 +29,17 @@ use crate::clock::Millis;
 pub use keys::Keys;
 pub use tally::Tally;
 
+// NB: a field named `source` is the error's source (`Error::source`): thiserror reads the name.
 #[derive(Debug, thiserror::Error)]
 pub enum CoordError {
     #[error("redis at {addr} is unreachable ({source}); restarts are paused until it returns")]
-    Unreachable {
-        addr: String,
-        #[source]
-        source: ::redis::RedisError,
-    },
+    Unreachable { addr: String, source: ::redis::RedisError },
     #[error(
         "redis at {addr} did not answer within {timeout:?}; restarts are paused until it does"
     )]
     Timeout { addr: String, timeout: Duration },
     #[error("redis at {addr} answered a command with an error: {source}")]
-    Command {
-        addr: String,
-        #[source]
-        source: crate::BoxError,
-    },
+    Command { addr: String, source: crate::BoxError },
 }
 
 /// What a call to shared storage gives: its answer, or the [`CoordError`] that stopped it.
@@ -245,10 +238,11 @@ pub trait Coordinator: Send + Sync {
 
 /// A reply of the wrong shape: a backend's bug, reported as a failed command (never a panic).
 fn mismatch(coord: &dyn Coordinator, asked: &str, reply: Reply) -> CoordError {
-    CoordError::Command {
-        addr: coord.describe(),
-        source: format!("{asked} was answered with {reply:?}").into(),
-    }
+    let source = format!("{asked} was answered with {reply:?}").into();
+    // NB: the error's text says "redis at" itself; a Redis coordinator's `describe()` too.
+    let described = coord.describe();
+    let addr = described.strip_prefix("redis at ").unwrap_or(&described).into();
+    CoordError::Command { addr, source }
 }
 
 macro_rules! call {
@@ -441,8 +435,30 @@ pub async fn write_status(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn heartbeat_value_has_millisecond_decimals() {
-        assert_eq!(super::heartbeat_value(1_800_000_000_025), "1800000000.025");
+        assert_eq!(heartbeat_value(1_800_000_000_025), "1800000000.025");
+    }
+
+    /// A coordinator described as the Redis one is (its URL redacted).
+    struct Described;
+
+    #[async_trait]
+    impl Coordinator for Described {
+        fn describe(&self) -> String {
+            "redis at redis://:***@redis.vigil:6379/0".into()
+        }
+        async fn execute(&self, _: Request) -> Result<Reply> {
+            Ok(Reply::Ok)
+        }
+    }
+
+    #[test]
+    fn a_reply_of_the_wrong_shape_names_redis_once() {
+        let text = mismatch(&Described, "TIME", Reply::Ok).to_string();
+        assert!(!text.contains("redis at redis at"), "{text}");
+        assert!(text.starts_with("redis at redis://:***@redis.vigil:6379/0 answered"), "{text}");
     }
 }

@@ -166,13 +166,7 @@ impl RedisCoordinator {
     }
 
     fn from_target(target: Target, addr: String, timeout: Duration) -> Self {
-        RedisCoordinator {
-            target,
-            addr,
-            timeout,
-            conn: Mutex::new(None),
-            stale: AtomicBool::new(false),
-        }
+        RedisCoordinator { target, addr, timeout, conn: Mutex::new(None), stale: false.into() }
     }
 
     /// One server at `url`, a `rediss://` one verified against the CA in the PEM file `ca_file`

@@ -312,8 +312,7 @@ impl Agent {
     /// (`AlertGate::owed`).
     async fn send_owed(&mut self) {
         let lease = self.ctx.cfg.safety.lock_ttl;
-        let coord = self.ctx.coord.clone();
-        for alert in self.alerts.owed(coord.as_ref(), self.cycle.now, lease).await {
+        for alert in self.alerts.owed(self.ctx.coord.as_ref(), self.cycle.now, lease).await {
             self.ctx.notifier.send(&alert).await;
         }
     }
@@ -371,11 +370,8 @@ impl Agent {
             groups.iter().filter(|(_, list)| list.len() == 1).map(|(w, _)| w.as_str()).collect();
         let read = marks::read_node(self.ctx.coord.as_ref(), &self.ctx.keys, &single).await?;
         self.cycle.now = read.now;
-        Ok(Prefetch {
-            reads: single.iter().map(|w| w.to_string()).zip(read.workers).collect(),
-            requests: self.tally.requests(),
-            at: tokio::time::Instant::now(),
-        })
+        let reads = single.iter().map(|w| w.to_string()).zip(read.workers).collect();
+        Ok(Prefetch { reads, requests: self.tally.requests(), at: tokio::time::Instant::now() })
     }
 
     /// Tell the node controller which slow gangs name a member of this node (`VigilSlow`), when

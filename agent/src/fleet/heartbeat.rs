@@ -153,13 +153,8 @@ impl Cycle {
     fn upkeep(&self, place: &str, now: Millis) -> Upkeep {
         // A clock that went back (a failover to another server) counts as time passed too.
         let due = |at: Millis| now.abs_diff(at) >= UPKEEP_EVERY.unsigned_abs();
-        Upkeep {
-            place: match &self.place_written {
-                Some((written, at)) => written != place || due(*at),
-                None => true,
-            },
-            prune: self.pruned_at.is_none_or(due),
-        }
+        let write = self.place_written.as_ref().is_none_or(|(was, at)| was != place || due(*at));
+        Upkeep { place: write, prune: self.pruned_at.is_none_or(due) }
     }
 
     /// The members' entries in their gangs' views: one hash write per gang shard, whatever the

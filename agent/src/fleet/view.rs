@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::clock::{human, ms, Millis};
-use crate::coord::{CoordError, Coordinator, Keys, Op};
+use crate::coord::{Coordinator, Keys, Op, Result};
 use crate::fleet::gangs;
 use crate::hang::policy_gang::Timing;
 
@@ -66,14 +67,12 @@ impl NodeRecord {
     /// The record as its Redis hash holds it: each field its JSON, but a string bare and a
     /// `None` empty (`runtime_down` while the runtime is up).
     pub(crate) fn fields(&self) -> Vec<(String, String)> {
-        let Ok(serde_json::Value::Object(map)) = serde_json::to_value(self) else {
-            return Vec::new();
-        };
+        let Ok(Value::Object(map)) = serde_json::to_value(self) else { return Vec::new() };
         let mut out: Vec<(String, String)> = map
             .into_iter()
             .map(|(k, v)| match v {
-                serde_json::Value::String(s) => (k, s),
-                serde_json::Value::Null => (k, String::new()),
+                Value::String(s) => (k, s),
+                Value::Null => (k, String::new()),
                 v => (k, v.to_string()),
             })
             .collect();
@@ -113,7 +112,7 @@ pub async fn publish(
     keys: &Keys,
     rec: &NodeRecord,
     ttl: Duration,
-) -> Result<(), CoordError> {
+) -> Result<()> {
     coord.batch(&publish_ops(keys, rec, ttl, Upkeep::ALL)).await.map(drop)
 }
 
@@ -193,10 +192,7 @@ pub(crate) fn health(rec: Option<&NodeRecord>) -> &'static str {
 pub(crate) type Places = BTreeMap<String, (String, String)>;
 
 /// Read every indexed node (prefix-wide), and each node's last known pool and slice.
-pub(crate) async fn read(
-    coord: &dyn Coordinator,
-    prefix: &str,
-) -> Result<(Vec<NodeView>, Places), CoordError> {
+pub(crate) async fn read(coord: &dyn Coordinator, prefix: &str) -> Result<(Vec<NodeView>, Places)> {
     let fleet = Keys::new(prefix, "-");
     let placed = coord.hgetall(&fleet.fleet_slices()).await?;
     let last_slice: Places = placed
@@ -223,12 +219,7 @@ pub(crate) struct StatusPage {
 
 #[async_trait::async_trait]
 impl crate::http::server::StatusReport for StatusPage {
-    async fn report(
-        &self,
-        coord: &dyn Coordinator,
-        prefix: &str,
-        json: bool,
-    ) -> Result<String, CoordError> {
+    async fn report(&self, coord: &dyn Coordinator, prefix: &str, json: bool) -> Result<String> {
         report(coord, prefix, json, &self.timing).await
     }
 }
@@ -241,7 +232,7 @@ pub(crate) async fn report(
     prefix: &str,
     json: bool,
     timing: &Timing,
-) -> Result<String, CoordError> {
+) -> Result<String> {
     let now = coord.time().await?;
     let (views, last_slice) = read(coord, prefix).await?;
     let slices = slices(&views, &last_slice);

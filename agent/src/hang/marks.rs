@@ -24,8 +24,9 @@ pub(crate) const FRUITLESS_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 pub(crate) const DONE: &str = ":done";
 
 /// The marks that one read of a worker returns, in order: NB the enum's declaration order is
-/// the read order (`Slot::VARIANTS`, and a slot's index is its discriminant). The order is the
-/// codec's alone: [`worker_keys`] and [`decode`] are built from this one list.
+/// the read order (`Slot::VARIANTS`, and a slot's index is its discriminant); the episodes, one
+/// key each, follow. The order is the codec's alone: [`worker_keys`] and [`decode`] are built
+/// from this one list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::VariantArray)]
 enum Slot {
     Suspect,
@@ -40,6 +41,7 @@ enum Slot {
     Fruitless,
     Rhythm,
     GangLine,
+    Retry,
 }
 
 impl Slot {
@@ -57,6 +59,7 @@ impl Slot {
             Slot::Fruitless => k.fruitless(worker),
             Slot::Rhythm => k.rhythm(worker),
             Slot::GangLine => k.gang_line(worker),
+            Slot::Retry => k.retry(worker),
         }
     }
 }
@@ -66,7 +69,6 @@ impl Slot {
 /// benchmark, which replays exactly this read.
 pub fn worker_keys(k: &Keys, worker: &str) -> Vec<String> {
     let mut keys: Vec<String> = Slot::VARIANTS.iter().map(|s| s.key(k, worker)).collect();
-    keys.push(k.retry(worker));
     keys.extend(Episode::ALL.iter().map(|e| k.episode(worker, e.as_str())));
     keys
 }
@@ -126,8 +128,7 @@ impl Decoded {
 /// Decode the values of a [`worker_keys`] read.
 pub(crate) fn decode(v: &[Option<String>]) -> Decoded {
     let get = |s: Slot| v.get(s as usize).cloned().flatten();
-    let retry_at = Slot::VARIANTS.len();
-    let episodes = Episode::ALL.iter().zip(v.iter().skip(retry_at + 1));
+    let episodes = Episode::ALL.iter().zip(v.iter().skip(Slot::VARIANTS.len()));
     let episodes = episodes.filter(|(_, value)| value.is_some()).map(|(e, _)| *e).collect();
     let marks = Marks {
         suspect: get(Slot::Suspect).and_then(|s| {
@@ -141,7 +142,7 @@ pub(crate) fn decode(v: &[Option<String>]) -> Decoded {
         restarted_at: get(Slot::Restarted).and_then(|s| s.parse().ok()),
         escalated: get(Slot::Escalated).is_some(),
         episodes,
-        retry: v.get(retry_at).cloned().flatten().and_then(|s| parse_retry(&s)),
+        retry: get(Slot::Retry).and_then(|s| parse_retry(&s)),
         fruitless: get(Slot::Fruitless).and_then(|s| Fruitless::decode(&s)),
         rhythm: get(Slot::Rhythm).and_then(|s| History::decode(&s)),
         gang_line: get(Slot::GangLine).and_then(|s| s.parse().ok()),

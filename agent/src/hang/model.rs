@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use crate::clock::{Millis, Stamp};
+use crate::runtime::container::ALERT_ONLY;
 
 /// What a worker says about itself: its status record (Redis hash or local status API).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -119,6 +120,7 @@ impl WorkerStatus {
     }
 
     /// A `processing` record with `heartbeat` and nothing else (the default state).
+    #[cfg(test)]
     pub(crate) fn processing(heartbeat: Option<Millis>) -> WorkerStatus {
         WorkerStatus { heartbeat, ..WorkerStatus::default() }
     }
@@ -130,12 +132,9 @@ impl WorkerStatus {
     pub(crate) fn ranks_from_fields(fields: &HashMap<String, String>) -> Option<Vec<WorkerStatus>> {
         let n = ranks(fields)?;
         let of_rank = |r| {
-            let mut s = Self::read(fields, Some(r)).unwrap_or(WorkerStatus::processing(None));
+            let mut s = Self::read(fields, Some(r)).unwrap_or_else(|| Self::container_wide(fields));
             s.job = s.job.or_else(|| Self::text(fields, "job"));
-            s.alert_only |= Self::alert_only(fields);
             s.rank = Some((r, n));
-            s.gang = gang_of(fields);
-            s.checkpoint_step = checkpoint_step(fields);
             s
         };
         Some((0..n).map(of_rank).collect())
@@ -147,8 +146,16 @@ impl WorkerStatus {
         fields.get(k).filter(|v| !v.is_empty()).map(|v| bounded(v, MAX_FIELD))
     }
 
-    fn alert_only(fields: &HashMap<String, String>) -> bool {
-        fields.get("restarts").is_some_and(|v| v.trim() == crate::runtime::container::ALERT_ONLY)
+    /// What the container's own fields say of each of its processes (its restarts, its gang, the
+    /// step of its last durable checkpoint: `checkpoint_step`), on a `processing` record that
+    /// says nothing else: a rank that wrote nothing yet is that, with no heartbeat.
+    fn container_wide(fields: &HashMap<String, String>) -> WorkerStatus {
+        WorkerStatus {
+            alert_only: fields.get("restarts").is_some_and(|v| v.trim() == ALERT_ONLY),
+            gang: gang_of(fields),
+            checkpoint_step: fields.get("checkpoint_step").and_then(|s| s.trim().parse().ok()),
+            ..WorkerStatus::default()
+        }
     }
 
     /// One process's status: the container's one, or rank `rank`'s (its fields `state@r`...).
@@ -159,19 +166,14 @@ impl WorkerStatus {
         if !fields.contains_key(&f("state")) && !fields.contains_key(&f("heartbeat")) {
             return None;
         }
-        let state = WorkerState::parse(fields.get(&f("state")).map(String::as_str).unwrap_or(""));
-        let heartbeat = fields.get(&f("heartbeat")).and_then(|h| seconds_ms(h, f64::INFINITY));
         Some(WorkerStatus {
-            state,
-            heartbeat,
+            state: WorkerState::parse(fields.get(&f("state")).map(String::as_str).unwrap_or("")),
+            heartbeat: fields.get(&f("heartbeat")).and_then(|h| seconds_ms(h, f64::INFINITY)),
             job: Self::text(fields, &f("job")),
             progress: Self::text(fields, &f("progress")),
             grace: fields.get(&f("grace")).and_then(|g| parse_grace(g)),
-            alert_only: Self::alert_only(fields),
-            rank: None,
-            gang: gang_of(fields),
-            checkpoint_step: checkpoint_step(fields),
             compute: fields.get(&f("compute_ms")).and_then(|c| parse_compute(c)),
+            ..Self::container_wide(fields)
         })
     }
 }
@@ -179,12 +181,6 @@ impl WorkerStatus {
 /// A record's `compute_ms`: whole milliseconds, at most a day.
 pub(crate) fn parse_compute(text: &str) -> Option<Millis> {
     text.trim().parse().ok().filter(|n: &Millis| (0..=86_400_000).contains(n))
-}
-
-/// A record's `checkpoint_step`: the step of the worker's last durable checkpoint (the
-/// container's, for a container of several ranks).
-fn checkpoint_step(fields: &HashMap<String, String>) -> Option<u64> {
-    fields.get("checkpoint_step")?.trim().parse().ok()
 }
 
 /// A record's `grace`: seconds (decimals allowed) above zero; anything else is no grace.

@@ -45,8 +45,9 @@ pub(crate) fn bucket(ms: Millis) -> usize {
 pub(crate) struct History {
     /// When the first of them was learned (ms, the coordinator's clock).
     pub(crate) since: Millis,
-    /// The longest of them, exactly (the margin over it is the rule's, not the rounding's).
-    longest: Millis,
+    /// The longest of them, exactly (the margin over it is the rule's, not the rounding's); 0
+    /// when none is known.
+    pub(crate) longest: Millis,
     #[educe(Default(expression = [0; BUCKETS]))]
     counts: [u32; BUCKETS],
 }
@@ -94,20 +95,10 @@ impl History {
         upper(i.unwrap_or(BUCKETS - 1))
     }
 
-    /// The longest silence come back from; 0 when none is known.
-    pub(crate) fn longest(&self) -> Millis {
-        self.longest
-    }
-
     /// `<since>|<longest>|<bucket>:<count>,…` (the buckets that hold any).
     pub(crate) fn encode(&self) -> String {
-        let counts: Vec<String> = self
-            .counts
-            .iter()
-            .enumerate()
-            .filter(|(_, &c)| c > 0)
-            .map(|(i, c)| format!("{i}:{c}"))
-            .collect();
+        let held = self.counts.iter().enumerate().filter(|(_, &c)| c > 0);
+        let counts: Vec<String> = held.map(|(i, c)| format!("{i}:{c}")).collect();
         format!("{}|{}|{}", self.since, self.longest, counts.join(","))
     }
 
@@ -151,7 +142,7 @@ mod tests {
     #[test]
     fn the_quantile_errs_long_by_at_most_a_bucket_and_the_longest_is_exact() {
         let mut h = History::new(5);
-        assert_eq!((h.quantile(0.99), h.longest(), h.total()), (0, 0, 0));
+        assert_eq!((h.quantile(0.99), h.longest, h.total()), (0, 0, 0));
         for _ in 0..99 {
             h.add(1_000);
         }
@@ -159,7 +150,7 @@ mod tests {
         assert_eq!(h.total(), 100);
         assert_eq!(h.quantile(0.99), upper(bucket(1_000)));
         assert_eq!(h.quantile(1.0), upper(bucket(18_000)));
-        assert_eq!(h.longest(), 18_000);
+        assert_eq!(h.longest, 18_000);
     }
 
     #[test]
@@ -173,7 +164,7 @@ mod tests {
         b.add(30_000);
         a.merge(&b);
         assert_eq!(a.total(), 11, "the ten silences both saw count once");
-        assert_eq!((a.since, a.longest()), (50, 30_000));
+        assert_eq!((a.since, a.longest), (50, 30_000));
         let again = a;
         a.merge(&again);
         assert_eq!(a, again, "merging is idempotent");

@@ -45,16 +45,15 @@ pub enum Action {
 
 impl Verdict {
     pub fn action(self) -> Action {
+        use Verdict::*;
         match self {
-            Verdict::Healthy | Verdict::ErrorPending => Action::None,
-            Verdict::Suspect => Action::Observe,
-            Verdict::Hung | Verdict::Errored => Action::RestartPipeline,
-            Verdict::Unreachable | Verdict::Stalled | Verdict::Paused | Verdict::Exited => {
-                Action::AlertOnly
-            }
-            Verdict::GpuFailed | Verdict::TpuFailed => Action::AlertNoRestart,
-            Verdict::Booting => Action::SuppressAndClear,
-            Verdict::InMaintenance => Action::Checkpoint,
+            Healthy | ErrorPending => Action::None,
+            Suspect => Action::Observe,
+            Hung | Errored => Action::RestartPipeline,
+            Unreachable | Stalled | Paused | Exited => Action::AlertOnly,
+            GpuFailed | TpuFailed => Action::AlertNoRestart,
+            Booting => Action::SuppressAndClear,
+            InMaintenance => Action::Checkpoint,
         }
     }
 }
@@ -128,14 +127,12 @@ fn working(
 ) -> Verdict {
     let Some(hb) = status.heartbeat else { return Verdict::Unreachable };
     if is_stale(status, now, cfg) {
-        if let Some(failed) = hardware(node) {
-            return failed;
-        }
         // Confirmed only by a second observation of the *same* stale heartbeat, made at least
         // `confirm_after` after the first (by this or any other instance).
         let confirmed = matches!(marks.suspect,
             Some((seen_hb, seen_at)) if seen_hb == hb && now - seen_at >= ms(cfg.confirm_after));
-        return if confirmed { Verdict::Hung } else { Verdict::Suspect };
+        let hang = if confirmed { Verdict::Hung } else { Verdict::Suspect };
+        return hardware(node).unwrap_or(hang);
     }
     // NB: a frozen marker is a stall only while processing: a long `compile` moves none.
     let frozen = status.state == WorkerState::Processing
@@ -230,10 +227,10 @@ pub(crate) fn plan(
         _ => {}
     }
     fx.extend(progress_effect(stale, status, marks));
-    fx.extend(timer_end(v, stale, in_error, status, marks).map(Effect::ClearIncident));
+    let still_broken = stale || in_error;
+    fx.extend(timer_end(v, still_broken, status, marks).map(Effect::ClearIncident));
     // Escalation looks at the data, not at the verdict: a worker still broken after our restart
     // is a page even while its cooldown marker stands.
-    let still_broken = stale || in_error;
     let escalate = marks.restarted_at.is_some_and(|restarted| {
         still_broken && !marks.escalated && now - restarted >= ms(cfg.escalate_after)
     });
@@ -320,11 +317,11 @@ fn progress_effect(stale: bool, status: Option<&WorkerStatus>, marks: &Marks) ->
     }
 }
 
-/// Whether (and why) an open incident timer closes this cycle.
+/// Whether (and why) an open incident timer closes this cycle (`broken`: the record is stale or
+/// in error).
 fn timer_end(
     v: Verdict,
-    stale: bool,
-    in_error: bool,
+    broken: bool,
     status: Option<&WorkerStatus>,
     marks: &Marks,
 ) -> Option<TimerEnd> {
@@ -332,15 +329,14 @@ fn timer_end(
     match v.action() {
         _ if matches!(v, Verdict::Paused | Verdict::Exited) => Some(TimerEnd::Paused),
         Action::RestartPipeline => None,
-        Action::SuppressAndClear | Action::Checkpoint => {
-            Some(if v == Verdict::Booting { TimerEnd::Booting } else { TimerEnd::Maintenance })
-        }
+        Action::SuppressAndClear => Some(TimerEnd::Booting),
+        Action::Checkpoint => Some(TimerEnd::Maintenance),
         Action::Observe | Action::AlertOnly | Action::AlertNoRestart | Action::None => {
             // Timers are cleared only when the *data* says the worker is fine, never because this
             // instance has not confirmed yet: another instance may be one observation ahead.
             let readable =
                 status.is_some_and(|s| s.state != WorkerState::Processing || s.heartbeat.is_some());
-            let recovered = !stale && !in_error && readable && !silence_unbroken(status, marks);
+            let recovered = !broken && readable && !silence_unbroken(status, marks);
             recovered.then_some(TimerEnd::Recovered)
         }
     }
@@ -351,13 +347,9 @@ fn episode_effects(v: Verdict, marks: &Marks) -> Vec<Effect> {
     // Each alert-only condition's episode is named as its verdict (`unreachable`, `gpu-failed`…).
     let wanted = Episode::ALL.iter().copied().find(|e| e.as_str() == v.as_str());
     let open = |e: &Episode| marks.episodes.contains(e);
-    let closes = Episode::ALL
-        .iter()
-        .copied()
-        .filter(|e| open(e) && Some(*e) != wanted)
-        .map(Effect::CloseEpisode);
-    let opens = wanted.filter(|e| !open(e)).map(Effect::OpenEpisode).into_iter();
-    closes.chain(opens).collect()
+    let closes = Episode::ALL.iter().copied().filter(|e| open(e) && Some(*e) != wanted);
+    let opens = wanted.filter(|e| !open(e)).map(Effect::OpenEpisode);
+    closes.map(Effect::CloseEpisode).chain(opens).collect()
 }
 
 /// Why a restart decided a moment ago is called off at the last moment (safeguard 3).

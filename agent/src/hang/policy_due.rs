@@ -51,11 +51,7 @@ pub(crate) fn stale_by_restart_rule(
 /// Hangs wait `restart_delay` (persistence before action); an errored worker has already
 /// persisted for `error_for`.
 pub(crate) fn restart_due(v: Verdict, started: Millis, now: Millis, cfg: &PolicyConfig) -> bool {
-    match v {
-        Verdict::Hung => now - started >= ms(cfg.restart_delay),
-        Verdict::Errored => true,
-        _ => false,
-    }
+    v == Verdict::Errored || (v == Verdict::Hung && now - started >= ms(cfg.restart_delay))
 }
 
 /// Whether a restart may be tried now: not before the `not_before` of the worker's last failed

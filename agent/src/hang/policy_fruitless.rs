@@ -117,9 +117,7 @@ pub(crate) fn after_restart(run: Option<&Fruitless>, beats: &[Beat], now: Millis
     let old = |b: &&Beat| b.after.is_some_and(|a| b.at.is_none_or(|hb| hb <= a));
     let here = beats.iter().filter(|b| !old(b)).filter_map(|b| b.step).max();
     match run.filter(|f| !progressed(f, beats)) {
-        Some(f) => {
-            Fruitless { count: f.count + 1, since: f.since, last: now, past: f.past.max(here) }
-        }
+        Some(f) => Fruitless { count: f.count + 1, last: now, past: f.past.max(here), ..*f },
         None => Fruitless { count: 1, since: now, last: now, past: here },
     }
 }
@@ -138,8 +136,7 @@ pub(crate) fn describe(f: &Fruitless, whose: RunOf<'_>) -> String {
     let (restarts, until) = match whose {
         RunOf::Worker => (
             "restart(s)",
-            "not restarting it until it gets past that (or its fruitless mark is removed)"
-                .to_string(),
+            "not restarting it until it gets past that (or its fruitless mark is removed)".into(),
         ),
         RunOf::Gang(gang) => (
             "restart(s) of every member",

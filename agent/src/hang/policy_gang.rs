@@ -129,21 +129,17 @@ pub(crate) fn present(members: &[Member], now: Millis, t: &Timing) -> Vec<Member
 /// member is silent past the silence learned of its rhythm. Without learned evidence, exactly
 /// the fixed rule's verdict: a learned rule held for some members only changes nothing.
 pub(crate) fn verdict(members: &[Member], now: Millis) -> GangVerdict {
-    let hung = || {
-        first_stopped(members, now)
-            .map_or(GangVerdict::Running, |first| GangVerdict::Hung { first: first.id() })
-    };
-    if learned_stop(members).is_some() {
-        return hung();
+    if learned_stop(members).is_none() {
+        let stopped: Vec<String> = members.iter().filter(|m| stopped(m)).map(Member::id).collect();
+        if stopped.is_empty() {
+            return GangVerdict::Running;
+        }
+        if members.iter().any(|m| progressing(m, now)) {
+            return GangVerdict::Straggler(stopped);
+        }
     }
-    let stopped: Vec<String> = members.iter().filter(|m| stopped(m)).map(Member::id).collect();
-    if stopped.is_empty() {
-        return GangVerdict::Running;
-    }
-    if members.iter().any(|m| progressing(m, now)) {
-        return GangVerdict::Straggler(stopped);
-    }
-    hung()
+    first_stopped(members, now)
+        .map_or(GangVerdict::Running, |first| GangVerdict::Hung { first: first.id() })
 }
 
 /// What a gang's restart is due on.

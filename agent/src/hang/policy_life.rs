@@ -15,8 +15,8 @@
 //! without the stages its members' own agents hold (suspect, backing off, deciding, booting):
 //! confirmed → due → restarting (its decision stands while each member restarts, over several
 //! cycles) → recovered (every member beat since) or escalated. `crate::hang::policy_gang::stage`
-//! decodes it from the gang's shared state; [`follows`] holds both tables (by restart
-//! [`Unit`]).
+//! decodes it from the gang's shared state; [`moves_on`] holds both tables (by restart
+//! [`Unit`]), [`follows`] reads them.
 //!
 //! Pure: the marks are decoded by `crate::hang::marks`, `now` is an argument. The stage is what
 //! `vigil_worker_incident_stage` exports for each worker; `vigil policy` prints the tables.
@@ -154,68 +154,58 @@ pub(crate) fn project(marks: &Marks, effects: &[Effect], now: Millis) -> Marks {
 /// cycle, so a due incident's next stage is usually `booting` (`deciding` and `restarting` show
 /// while a pass is in flight, or when its instance died mid-command); anyone else's restart
 /// (an operator's, kubelet's) marks any stage `booting`; an errored worker's incident is due at
-/// once. The table of the life: each arm says which stages a stage moves on to. A gang's is
-/// [`gang_follows`].
+/// once. Besides what every stage may do, the table of the life: [`moves_on`].
 pub(crate) fn follows(unit: Unit, from: Stage, to: Stage) -> bool {
-    use Stage::*;
-    if ![from, to].iter().all(|s| Stage::of(unit).contains(s)) {
-        return false;
-    }
-    if from == to || to == Quiet {
-        // The data says it is fine, or the marks expired or were lost in a failover.
-        return true;
-    }
-    if unit == Unit::Gang {
-        return gang_follows(from, to);
-    }
-    if to == Booting {
-        // A restart done: ours (from a due incident) or anyone else's (from any stage).
-        return true;
-    }
-    match from {
-        // A stale sighting, an incident another agent confirmed, an error due at once.
-        Quiet => matches!(to, Suspect | Confirmed | Due),
-        // Confirmed by a second observation (an error's incident is due at once).
-        Suspect => matches!(to, Confirmed | Due),
-        // Persistence satisfied (held at once by a failed restart's backoff, when one runs).
-        Confirmed => matches!(to, Due | BackingOff),
-        // A pass takes the node lock and claims the restart; a failed restart backs off.
-        Due | BackingOff | Deciding => matches!(to, Due | BackingOff | Deciding | Restarting),
-        // Failed: the claim released, the incident due (or backing off) again, or judged by
-        // an agent that has not confirmed it.
-        Restarting => matches!(to, Due | BackingOff | Confirmed),
-        // The first beat (recovered); still broken `escalate_after` later (escalated); a new
-        // hang of the new incarnation.
-        Booting => matches!(to, Recovered | Escalated | Suspect | Confirmed | Due),
-        // Broken again after our restart: paged (escalated), or a new incident.
-        Recovered => matches!(to, Escalated | Suspect | Confirmed | Due),
-        // A new incident of the still-broken worker.
-        Escalated => matches!(to, Suspect | Confirmed | Due),
-    }
+    let own = |s: Stage| Stage::of(unit).contains(&s);
+    // Staying; back to quiet (the data says it is fine, or the marks expired or were lost in a
+    // failover); a worker's restart done: ours (from a due incident) or anyone else's (from any
+    // stage).
+    let always = from == to || to == Stage::Quiet || (unit == Unit::Worker && to == Stage::Booting);
+    own(from) && own(to) && (always || moves_on(unit, from).contains(&to))
 }
 
-/// The gang's arm of the table, as the gang's reader sees its state each cycle. Its restart
-/// runs over several cycles (each member's agent restarts its own, under its node's lock), so
-/// `restarting` is seen, and `recovered` follows it without a `booting` of the gang's own.
-fn gang_follows(from: Stage, to: Stage) -> bool {
+/// The table of the life: the stages `from` moves on to in one step of `unit`'s protocol,
+/// besides those [`follows`] allows every stage (staying, quiet, a worker's `booting`). A gang's,
+/// as the gang's reader sees its state each cycle: its restart runs over several cycles (each
+/// member's agent restarts its own, under its node's lock), so `restarting` is seen, and
+/// `recovered` follows it without a `booting` of the gang's own.
+fn moves_on(unit: Unit, from: Stage) -> &'static [Stage] {
     use Stage::*;
-    match from {
+    match (unit, from) {
+        // A stale sighting, an incident another agent confirmed, an error due at once.
+        (Unit::Worker, Quiet) => &[Suspect, Confirmed, Due],
+        // Confirmed by a second observation (an error's incident is due at once).
+        (Unit::Worker, Suspect) => &[Confirmed, Due],
+        // Persistence satisfied (held at once by a failed restart's backoff, when one runs).
+        (Unit::Worker, Confirmed) => &[Due, BackingOff],
+        // A pass takes the node lock and claims the restart; a failed restart backs off.
+        (Unit::Worker, Due | BackingOff | Deciding) => &[Due, BackingOff, Deciding, Restarting],
+        // Failed: the claim released, the incident due (or backing off) again, or judged by
+        // an agent that has not confirmed it.
+        (Unit::Worker, Restarting) => &[Due, BackingOff, Confirmed],
+        // The first beat (recovered); still broken `escalate_after` later (escalated); a new
+        // hang of the new incarnation.
+        (Unit::Worker, Booting) => &[Recovered, Escalated, Suspect, Confirmed, Due],
+        // Broken again after our restart: paged (escalated), or a new incident.
+        (Unit::Worker, Recovered) => &[Escalated, Suspect, Confirmed, Due],
+        // A new incident of the still-broken worker.
+        (Unit::Worker, Escalated) => &[Suspect, Confirmed, Due],
         // The collective stopped: the incident opened (due at once on learned evidence).
-        Quiet => matches!(to, Confirmed | Due),
+        (Unit::Gang, Quiet) => &[Confirmed, Due],
         // Persistence satisfied.
-        Confirmed => matches!(to, Due),
+        (Unit::Gang, Confirmed) => &[Due],
         // Decided under the gang's lock; or the learned evidence it was due on lost (a member's
         // agent lost its rule): the fixed rule's wait.
-        Due => matches!(to, Restarting | Confirmed),
+        (Unit::Gang, Due) => &[Restarting, Confirmed],
         // Every member beat since the decision (recovered); none progresses `escalate_after`
         // after it (escalated); the cooldown over with the gang still stopped: the incident
         // closes and the next opens in the same cycle.
-        Restarting => matches!(to, Escalated | Recovered | Confirmed | Due),
+        (Unit::Gang, Restarting) => &[Escalated, Recovered, Confirmed, Due],
         // A member moving again for a while; every member beat since; the cooldown over.
-        Escalated => matches!(to, Restarting | Recovered | Confirmed | Due),
+        (Unit::Gang, Escalated) => &[Restarting, Recovered, Confirmed, Due],
         // A new incident, "again" while `cooldown + escalate_after` runs from the restart.
-        Recovered => matches!(to, Confirmed | Due),
-        Suspect | BackingOff | Deciding | Booting => false,
+        (Unit::Gang, Recovered) => &[Confirmed, Due],
+        (Unit::Gang, Suspect | BackingOff | Deciding | Booting) => &[],
     }
 }
 

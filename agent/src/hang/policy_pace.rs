@@ -225,16 +225,15 @@ impl Pace {
             return PaceVerdict::Learning;
         };
         let windows = (ms(cfg.slow_for) / ms(cfg.window).max(1)).max(1) as u32;
+        // The recovery line, halfway between the slow line and the baseline: a slow episode ends
+        // only well clear of it.
+        let recovery = (1.0 + cfg.slow_fraction) / 2.0 * baseline;
         match self.slow {
             Some((since, run)) if now - since >= ms(cfg.slow_for) && run >= windows => {
                 PaceVerdict::Slow { since, rate, baseline }
             }
             Some(_) => PaceVerdict::Steady,
-            // The recovery line, halfway between the slow line and the baseline: a slow episode
-            // ends only well clear of it.
-            None if rate >= (1.0 + cfg.slow_fraction) / 2.0 * baseline => {
-                PaceVerdict::Recovered { rate, baseline }
-            }
+            None if rate >= recovery => PaceVerdict::Recovered { rate, baseline },
             None => PaceVerdict::Steady,
         }
     }

@@ -179,12 +179,11 @@ fn undo(step: Step, seen: Seen) -> Undo {
     let refused = matches!(seen, Seen::Skip(_));
     let announced = matches!(step, Step::Revalidate | Step::Caps | Step::Claim | Step::Recheck);
     // The units were taken at `Caps` (a refusing or failing `Caps` gave the breaker's back:
-    // `crate::coord::caps::Caps::take`): from `Claim` on they
-    // are held, and so is the claim, which a failed write at `Claim` may have made unseen.
-    let holds_caps = matches!(step, Step::Claim | Step::Recheck);
+    // `crate::coord::caps::Caps::take`): from `Claim` on they are held, and so is the claim,
+    // which a failed write at `Claim` may have made unseen.
     Undo {
         release_alert: announced && !closed && (refused || step == Step::Claim),
-        refund_caps: holds_caps,
+        refund_caps: matches!(step, Step::Claim | Step::Recheck),
         release_claim: (step == Step::Claim && seen == Seen::Failed) || step == Step::Recheck,
     }
 }

@@ -116,7 +116,6 @@ impl Rhythm {
             return;
         };
         let age = (now - hb).max(0);
-        let processing = s.state == WorkerState::Processing;
         // A newer heartbeat ends the silence after the last one: learned, if it was processing.
         if let Some((seen, longest, true)) = self.open.filter(|&(seen, _, _)| hb > seen) {
             self.learn(longest, hb - seen, now, settle);
@@ -124,7 +123,7 @@ impl Rhythm {
         self.open = match self.open {
             Some((seen, longest, p)) if seen == hb => Some((hb, longest.max(age), p)),
             // A newer heartbeat, no earlier look, or one older than the last (a record rewritten).
-            _ => Some((hb, age, processing)),
+            _ => Some((hb, age, s.state == WorkerState::Processing)),
         };
     }
 
@@ -193,7 +192,7 @@ impl Rhythm {
     /// when the longest silence grew.
     pub(crate) fn write_due(&mut self, now: Millis) -> Option<String> {
         let h = self.history.as_ref()?;
-        let (total, longest) = (h.total(), h.longest());
+        let (total, longest) = (h.total(), h.longest);
         let due = self
             .written
             .is_none_or(|(at, n, l)| total > n && (now - at >= WRITE_EVERY || longest > l));
@@ -220,7 +219,7 @@ pub(crate) fn silence_of(history: &History, own: &Own, cfg: &PolicyConfig) -> Op
         return None;
     }
     let usual = ((history.quantile(l.quantile) as f64 * l.multiplier) as Millis).max(ms(l.floor));
-    let longest = history.longest().max(own.longest);
+    let longest = history.longest.max(own.longest);
     Some(Learned { silence: usual.max(longest + longest / 2).max(own.beat_margin()), wait: usual })
 }
 

@@ -367,7 +367,7 @@ fn a_longer_silence_is_written_at_once_and_an_incarnation_seen_late_starts_over(
     r.look(Some(&rec(WorkerState::Processing, hb)), hb + 18_000);
     r.look(Some(&rec(WorkerState::Processing, hb + 20_000)), hb + 20_000);
     let raw = r.write_due(hb + 20_000).expect("the longest grew");
-    assert_eq!(crate::hang::model_rhythm::History::decode(&raw).map(|h| h.longest()), Some(18_000));
+    assert_eq!(crate::hang::model_rhythm::History::decode(&raw).map(|h| h.longest), Some(18_000));
     // Another incarnation, however this agent comes to see it: its own samples start over.
     assert!(r.silence(&c).is_some());
     r.see_incarnation("c1:t0");

@@ -10,17 +10,15 @@ impl Verdict {
     pub(crate) fn predicate(self, cfg: &PolicyConfig) -> String {
         let d = |d: std::time::Duration| humantime::format_duration(d).to_string();
         // What a suspect and a hung worker both show.
-        let stale = || {
-            format!(
-                "state not idle/error, heartbeat older than {} or its grace (at most {})",
-                d(cfg.stale_after),
-                d(cfg.max_grace)
-            )
-        };
+        let stale = format!(
+            "state not idle/error, heartbeat older than {} or its grace (at most {})",
+            d(cfg.stale_after),
+            d(cfg.max_grace)
+        );
         match self {
             Verdict::Healthy => "heartbeat fresh (within its grace), or state idle".into(),
-            Verdict::Suspect => format!("{} (first observation)", stale()),
-            Verdict::Hung => format!("{}, seen again >= {} later", stale(), d(cfg.confirm_after)),
+            Verdict::Suspect => format!("{stale} (first observation)"),
+            Verdict::Hung => format!("{stale}, seen again >= {} later", d(cfg.confirm_after)),
             Verdict::ErrorPending => format!("state = error for less than {}", d(cfg.error_for)),
             Verdict::Errored => format!("state = error for at least {}", d(cfg.error_for)),
             Verdict::Unreachable => "status record missing, or no readable heartbeat".into(),

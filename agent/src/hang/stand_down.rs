@@ -78,22 +78,30 @@ impl NodeWatch {
         if self.tpu_failed() {
             return Some(StandDown::TpuFailed);
         }
-        let node = self.node_info.as_ref()?;
-        let info = node.borrow();
+        let info = self.node_info.as_ref()?.borrow();
         crate::vocab::stand_down::being_drained(info.as_ref()).map(StandDown::Drained)
     }
 }
 
-/// Why the node forbids a restart right now (see [`NodeWatch::stand_down`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why the node forbids a restart right now (see [`NodeWatch::stand_down`]); its words are the
+/// trail's and the gang's blockers'.
+#[derive(Debug, Clone, PartialEq, Eq, strum::Display)]
 pub(crate) enum StandDown {
+    #[strum(to_string = "the agent is shutting down")]
     ShuttingDown,
     /// The agent has not read this (its node's maintenance state, the Node) since it started.
+    #[strum(
+        to_string = "the agent has not read {0} since it started (restarts wait for it, at most metadata.first_read_wait)"
+    )]
     Unread(&'static str),
+    #[strum(to_string = "a maintenance notice arrived")]
     Maintenance,
+    #[strum(to_string = "the worker's GPU failed")]
     GpuFailed,
+    #[strum(to_string = "the node's TPU failed")]
     TpuFailed,
     /// A cordon, or the node going away: why.
+    #[strum(transparent)]
     Drained(String),
 }
 
@@ -104,21 +112,5 @@ impl StandDown {
     /// (`crate::hang::policy_gang::starting`).
     pub(crate) fn passing(&self) -> bool {
         matches!(self, StandDown::Unread(_))
-    }
-}
-
-impl std::fmt::Display for StandDown {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StandDown::ShuttingDown => f.write_str("the agent is shutting down"),
-            StandDown::Unread(what) => write!(
-                f,
-                "the agent has not read {what} since it started (restarts wait for it, at most metadata.first_read_wait)"
-            ),
-            StandDown::Maintenance => f.write_str("a maintenance notice arrived"),
-            StandDown::GpuFailed => f.write_str("the worker's GPU failed"),
-            StandDown::TpuFailed => f.write_str("the node's TPU failed"),
-            StandDown::Drained(why) => f.write_str(why),
-        }
     }
 }

@@ -163,9 +163,7 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send + 'static>,
-    >;
+    type Future = futures_util::future::BoxFuture<'static, Result<S::Response, S::Error>>;
 
     fn call(&self, req: R) -> Self::Future {
         self.slot.request(true);

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::{Extension, Router};
+use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
@@ -88,16 +89,9 @@ mod pidfd {
     pub(super) fn of_peer(fd: RawFd) -> std::io::Result<OwnedFd> {
         let mut pidfd: libc::c_int = -1;
         let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        let out = (&mut pidfd as *mut libc::c_int).cast();
         // SAFETY: a c_int out-parameter of the size given; the kernel writes at most `len` bytes.
-        let r = unsafe {
-            libc::getsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                SO_PEERPIDFD,
-                (&mut pidfd as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
+        let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, SO_PEERPIDFD, out, &mut len) };
         if r != 0 || pidfd < 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -108,16 +102,10 @@ mod pidfd {
     /// Signal 0 through the pidfd: delivered (or refused for permission) while the process
     /// lives; `ESRCH` once it has exited.
     pub(super) fn alive(pidfd: &OwnedFd) -> bool {
+        let fd = pidfd.as_raw_fd();
+        let no_info = std::ptr::null::<libc::siginfo_t>();
         // SAFETY: pidfd_send_signal(2) with signal 0, no siginfo and no flags only checks.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                pidfd.as_raw_fd(),
-                0,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
-        };
+        let r = unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd, 0, no_info, 0) };
         r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
     }
 }
@@ -150,19 +138,17 @@ pub(crate) fn bind_unix(path: &std::path::Path) -> std::io::Result<UnixListener>
         // NB: the private directory was made by this process, so its owner is the agent's user.
         let me = std::fs::metadata(&private)?.uid();
         let d = std::fs::metadata(dir)?;
-        if d.uid() != me && d.uid() != 0 {
-            return Err(refuse(format!(
-                "{} belongs to uid {}: whoever owns the socket's directory can replace the socket; give it to root (or the agent's user)",
-                dir.display(),
-                d.uid()
-            )));
+        let owner = d.uid();
+        if owner != me && owner != 0 {
+            let dir = dir.display();
+            let why = format!("{dir} belongs to uid {owner}: whoever owns the socket's directory can replace the socket; give it to root (or the agent's user)");
+            return Err(refuse(why));
         }
-        if d.mode() & 0o022 != 0 {
-            return Err(refuse(format!(
-                "{} is writable by group or others (mode {:o}): anyone who can write it can replace the socket; chmod go-w it",
-                dir.display(),
-                d.mode() & 0o7777
-            )));
+        let mode = d.mode() & 0o7777;
+        if mode & 0o022 != 0 {
+            let dir = dir.display();
+            let why = format!("{dir} is writable by group or others (mode {mode:o}): anyone who can write it can replace the socket; chmod go-w it");
+            return Err(refuse(why));
         }
         let staged = private.join("worker.sock");
         let listener = UnixListener::bind(&staged)?;
@@ -203,7 +189,6 @@ pub(crate) async fn serve_router<L: Listen>(
     shutdown: CancellationToken,
     limits: Limits,
 ) {
-    use hyper_util::service::TowerToHyperService;
     let connections = tokio_util::task::TaskTracker::new();
     let table = Arc::new(Mutex::new(Admission::new(limits.max_connections, limits.per_peer)));
     loop {
@@ -240,18 +225,13 @@ pub(crate) async fn serve_router<L: Listen>(
 
 /// One admitted connection, served until it ends, gives way to a newcomer (`evict`), the server
 /// stops, or it reaches `max_age`; its slot is freed when this returns.
-async fn serve_connection<I, S>(
-    stream: I,
-    service: S,
+async fn serve_connection(
+    stream: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    service: Tracked<TowerToHyperService<Router>>,
     evict: CancellationToken,
     shutdown: CancellationToken,
     limits: Limits,
-) where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    S: hyper::service::HttpService<hyper::body::Incoming>,
-    S::ResBody: 'static,
-    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+) {
     use hyper_util::rt::{TokioIo, TokioTimer};
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())

@@ -64,16 +64,13 @@ impl KubeDeviceTaints {
         self.api(&self.version, "DeviceTaintRule", "devicetaintrules")
     }
 
-    fn slices_api(&self) -> Api<DynamicObject> {
-        let version = if self.version == "v1alpha3" { "v1beta1" } else { &self.version };
-        self.api(version, "ResourceSlice", "resourceslices")
-    }
-
-    /// The devices of `driver` this node's ResourceSlices list.
+    /// The devices of `driver` this node's ResourceSlices list, read at the rules' version
+    /// (`v1beta1` for `v1alpha3` rules: the clusters serving those have no `v1alpha3` slices).
     pub async fn devices(&self, node: &str, driver: &str) -> Result<Vec<Device>, PodError> {
+        let version = if self.version == "v1alpha3" { "v1beta1" } else { &self.version };
+        let api = self.api(version, "ResourceSlice", "resourceslices");
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        let list =
-            PodError::bounded(self.slices_api().list(&params), "list", "resourceslices").await?;
+        let list = PodError::bounded(api.list(&params), "list", "resourceslices").await?;
         let slices: Vec<Value> = list.items.into_iter().map(value_of).collect();
         Ok(devices_of(&slices, driver))
     }

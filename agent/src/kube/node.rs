@@ -210,14 +210,12 @@ impl KubeNodeApi {
         dry_run: bool,
     ) -> Result<Cleanup, NodeError> {
         let what = "removed Vigil's labels, annotations and taints";
-        let (plan, _) = self
-            .patch_metadata(node, what, |current| {
-                let (plan, desired) =
-                    cleanup_plan(current, prefix, taint_keys, condition_types, shared_labels);
-                let patch = merge_patch(current, &desired).filter(|_| !dry_run);
-                (plan, patch)
-            })
-            .await?;
+        let plan = |current: &Value| {
+            let (plan, desired) =
+                cleanup_plan(current, prefix, taint_keys, condition_types, shared_labels);
+            (plan, merge_patch(current, &desired).filter(|_| !dry_run))
+        };
+        let (plan, _) = self.patch_metadata(node, what, plan).await?;
         let patch = delete_conditions_patch(&plan.conditions).filter(|_| !dry_run);
         self.patch_status(node, patch, "removed Vigil's conditions").await?;
         Ok(plan)
@@ -231,9 +229,8 @@ impl KubeNodeApi {
             return Self::from_url_with_timeout(api_url, CALL_TIMEOUT);
         }
         let none = "no in-cluster ServiceAccount and no usable kubeconfig";
-        let mut config = kube::Config::infer().await.map_err(|e| NodeError::client(none, e))?;
-        with_deadlines(&mut config, CALL_TIMEOUT);
-        Self::from_config(config, "inferred config")
+        let config = kube::Config::infer().await.map_err(|e| NodeError::client(none, e))?;
+        Self::from_config(config, CALL_TIMEOUT, "inferred config")
     }
 
     /// Against an API server at `url` with no credentials, e.g. `http://127.0.0.1:8001` from
@@ -244,13 +241,21 @@ impl KubeNodeApi {
     pub fn from_url_with_timeout(url: &str, timeout: Duration) -> Result<Self, NodeError> {
         let parsed =
             url.parse().map_err(|e| NodeError::client(format!("API server URL {url:?}"), e))?;
-        let mut config = kube::Config::new(parsed);
-        with_deadlines(&mut config, timeout);
-        Self::from_config(config, url)
+        Self::from_config(kube::Config::new(parsed), timeout, url)
     }
 
-    fn from_config(config: kube::Config, context: &str) -> Result<Self, NodeError> {
-        debug_assert!(config.read_timeout.is_some(), "every call has a deadline");
+    /// The client of `config`, every call bounded by `timeout` (the agent's: [`CALL_TIMEOUT`]).
+    /// kube's default (295 s, sized for watches) would hold the maintenance controller that long
+    /// on an API server that accepts and never answers; Vigil makes no watch calls here, and a
+    /// Node write that times out is retried on the next tick.
+    fn from_config(
+        mut config: kube::Config,
+        timeout: Duration,
+        context: &str,
+    ) -> Result<Self, NodeError> {
+        config.connect_timeout = Some(timeout.min(Duration::from_secs(5)));
+        config.read_timeout = Some(timeout);
+        config.write_timeout = Some(timeout);
         // NB: `Client::try_from` spawns onto the current Tokio runtime and panics without one.
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(NodeError::client(context, "not called from within a Tokio runtime"));
@@ -282,20 +287,16 @@ impl KubeNodeApi {
         // `nodes/status` is the resource `nodes`, subresource `status`, to the authorizer.
         let (base, subresource) =
             resource.split_once('/').map_or((resource, None), |(r, sub)| (r, Some(sub)));
-        let review = SelfSubjectAccessReview {
-            spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some(group.to_string()),
-                    verb: Some(verb.to_string()),
-                    resource: Some(base.to_string()),
-                    subresource: subresource.map(str::to_string),
-                    namespace: namespace.map(str::to_string),
-                    ..ResourceAttributes::default()
-                }),
-                ..SelfSubjectAccessReviewSpec::default()
-            },
-            ..SelfSubjectAccessReview::default()
-        };
+        let resource_attributes = Some(ResourceAttributes {
+            group: Some(group.to_string()),
+            verb: Some(verb.to_string()),
+            resource: Some(base.to_string()),
+            subresource: subresource.map(str::to_string),
+            namespace: namespace.map(str::to_string),
+            ..ResourceAttributes::default()
+        });
+        let spec = SelfSubjectAccessReviewSpec { resource_attributes, ..Default::default() };
+        let review = SelfSubjectAccessReview { spec, ..Default::default() };
         let api: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
         let answer = api.create(&kube::api::PostParams::default(), &review).await.map_err(|e| {
             NodeError::client(format!("access review of {verb} {resource} ({group:?})"), e)
@@ -308,15 +309,12 @@ impl KubeNodeApi {
         self.nodes.get(node).await.map(|_| ()).map_err(|e| Call::GetNode.error(node, e))
     }
 
-    /// The Recorder for `key` (a new one with `fresh`, or when there is none), and whether it
-    /// still holds the Event, so that publishing is a PATCH; idle recorders are dropped.
-    fn recorder(&self, key: &EventKey, fresh: bool) -> (kev::Recorder, bool) {
+    /// The Recorder for `key` (a new one when there is none), and whether it still holds the
+    /// Event, so that publishing is a PATCH; idle recorders are dropped.
+    fn recorder(&self, key: &EventKey) -> (kev::Recorder, bool) {
         let now = Instant::now();
         let mut recorders = self.recorders.lock().unwrap_or_else(|e| e.into_inner());
         recorders.retain(|_, slot| slot.holds_event(now));
-        if fresh {
-            recorders.remove(key);
-        }
         let slot = recorders.entry(key.clone()).or_insert_with(|| RecorderSlot {
             recorder: kev::Recorder::new(
                 self.client.clone(),
@@ -331,11 +329,10 @@ impl KubeNodeApi {
     async fn publish(
         &self,
         key: &EventKey,
-        fresh: bool,
         event: &kev::Event,
         regarding: &ObjectReference,
     ) -> Result<(), (Call, kube::Error)> {
-        let (recorder, repeat) = self.recorder(key, fresh);
+        let (recorder, repeat) = self.recorder(key);
         let started = Instant::now();
         if let Err(e) = recorder.publish(event, regarding).await {
             return Err((if repeat { Call::PatchEvent } else { Call::CreateEvent }, e));
@@ -434,10 +431,12 @@ impl NodeApi for KubeNodeApi {
             uid: self.uids.lock().unwrap_or_else(|e| e.into_inner()).get(node).cloned(),
             ..ObjectReference::default()
         };
-        let result = match self.publish(&key, false, &event, &regarding).await {
+        let result = match self.publish(&key, &event, &regarding).await {
             Err((Call::PatchEvent, e)) if is_not_found(&e) => {
                 tracing::debug!(node, reason, "the Event to count on is gone; recording anew");
-                self.publish(&key, true, &event, &regarding).await
+                // A new Recorder, which knows nothing to count on: the next publish is a POST.
+                self.recorders.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+                self.publish(&key, &event, &regarding).await
             }
             other => other,
         };
@@ -445,22 +444,11 @@ impl NodeApi for KubeNodeApi {
     }
 }
 
-/// Bounds every call of `config`'s client by `timeout` (the agent's: [`CALL_TIMEOUT`]). kube's
-/// default (295 s, sized for watches) would hold the maintenance controller that long on an API
-/// server that accepts and never answers; Vigil makes no watch calls here, and a Node write that
-/// times out is retried on the next tick.
-fn with_deadlines(config: &mut kube::Config, timeout: Duration) {
-    config.connect_timeout = Some(timeout.min(Duration::from_secs(5)));
-    config.read_timeout = Some(timeout);
-    config.write_timeout = Some(timeout);
-}
-
 /// A patch of the taints replaces the whole list: it must carry the `resourceVersion` it was
 /// planned from, so a concurrent writer's taint is never dropped (the API server answers 409).
 fn guarded(node: &str, patch: &Value) -> Result<(), NodeError> {
-    if patch.pointer("/spec/taints").is_some()
-        && patch.pointer("/metadata/resourceVersion").is_none()
-    {
+    let rewrites_taints = patch.pointer("/spec/taints").is_some();
+    if rewrites_taints && patch.pointer("/metadata/resourceVersion").is_none() {
         return Err(NodeError::NoResourceVersion { node: node.to_string() });
     }
     Ok(())

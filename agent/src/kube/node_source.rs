@@ -66,13 +66,9 @@ pub(crate) fn raw_node(node: &Node) -> RawNode {
     // shutting down", Kubernetes' "Node shutdowns" page); nothing else on the Node does.
     let mut conditions = node.status.iter().flat_map(|s| s.conditions.iter().flatten());
     let not_ready = conditions.find(|c| c.type_ == "Ready" && c.status == "False");
-    let shutting_down = not_ready.and_then(|c| {
-        [c.reason.as_deref(), c.message.as_deref()]
-            .into_iter()
-            .flatten()
-            .find(|t| t.to_ascii_lowercase().contains("shutting down"))
-            .map(str::to_string)
-    });
+    let texts = not_ready.into_iter().flat_map(|c| [c.reason.as_deref(), c.message.as_deref()]);
+    let says_so = |t: &&str| t.to_ascii_lowercase().contains("shutting down");
+    let shutting_down = texts.flatten().find(says_so).map(str::to_string);
     let deleting = node.metadata.deletion_timestamp.is_some();
     RawNode { labels, taints, allocatable, deleting, shutting_down }
 }
@@ -81,18 +77,16 @@ pub(crate) fn raw_node(node: &Node) -> RawNode {
 impl NodeReader for KubeNodeReader {
     async fn read(&self, node: &str) -> Result<RawNode, NodeReadError> {
         let api: Api<Node> = Api::all(self.client.clone());
-        let got = tokio::time::timeout(CALL_TIMEOUT, api.get(node))
-            .await
-            .map_err(|_| NodeReadError::Timeout { node: node.to_string(), after: CALL_TIMEOUT })?;
-        match got {
-            Ok(n) => Ok(raw_node(&n)),
-            Err(kube::Error::Api(e)) if e.code == 403 => {
+        match tokio::time::timeout(CALL_TIMEOUT, api.get(node)).await {
+            Err(_) => Err(NodeReadError::Timeout { node: node.to_string(), after: CALL_TIMEOUT }),
+            Ok(Ok(n)) => Ok(raw_node(&n)),
+            Ok(Err(kube::Error::Api(e))) if e.code == 403 => {
                 Err(NodeReadError::Forbidden { message: e.message })
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => {
+            Ok(Err(kube::Error::Api(e))) if e.code == 404 => {
                 Err(NodeReadError::NotFound { node: node.to_string(), message: e.message })
             }
-            Err(source) => Err(NodeReadError::Api { node: node.to_string(), source }),
+            Ok(Err(source)) => Err(NodeReadError::Api { node: node.to_string(), source }),
         }
     }
 }

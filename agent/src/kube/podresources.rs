@@ -145,11 +145,10 @@ pub(crate) fn gpu_id(device_id: &str) -> Option<String> {
 /// tonic but unused: every connection goes to the socket.
 pub(crate) fn unix_channel(path: &str, connect_timeout: Option<Duration>) -> Channel {
     let path = path.to_string();
-    let endpoint = Endpoint::from_static("http://[::1]:50051");
-    let endpoint = match connect_timeout {
-        Some(t) => endpoint.connect_timeout(t),
-        None => endpoint,
-    };
+    let mut endpoint = Endpoint::from_static("http://[::1]:50051");
+    if let Some(t) = connect_timeout {
+        endpoint = endpoint.connect_timeout(t);
+    }
     endpoint.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
         let path = path.clone();
         async move {

@@ -96,7 +96,8 @@ impl Checkpointer {
     ) -> Vec<WorkerResult> {
         let started = tokio::time::Instant::now();
         let round = self.gang_round(g, local, reason, budget, deadline);
-        // The detail is also the round's line in the summary (`gang`), whatever its end.
+        // The detail is also the round's line in the summary, whatever its end: `finish` picks
+        // the gang's line by method `gang` (`checkpoint::GANG`).
         let (outcome, detail) = match tokio::time::timeout_at(deadline, round).await {
             Ok(Ok(r)) if acknowledged(&r) => (Outcome::Acked, describe(&r)),
             Ok(Ok(r)) => (Outcome::TimedOut, describe(&r)),
@@ -112,11 +113,10 @@ impl Checkpointer {
             .iter()
             .map(|c| WorkerResult {
                 worker: c.worker.clone(),
-                method: "gang",
+                method: checkpoint::GANG,
                 outcome,
                 waited: started.elapsed(),
                 detail: detail.clone(),
-                gang: Some(detail.clone()),
             })
             .collect()
     }
@@ -127,8 +127,9 @@ impl Checkpointer {
         for r in results {
             self.metrics.checkpoints.record(r.method, r.outcome.as_str(), r.waited.as_secs_f64());
         }
-        // A gang's round is said once, however many of its members run here.
-        let mut gangs: Vec<&str> = results.iter().filter_map(|r| r.gang.as_deref()).collect();
+        // A gang's round is said once, however many of its members run here (their detail).
+        let gang_rounds = results.iter().filter(|r| r.method == checkpoint::GANG);
+        let mut gangs: Vec<&str> = gang_rounds.map(|r| r.detail.as_str()).collect();
         gangs.dedup();
         let mut summary = format!("{} {reason}: {}", rfc3339(now), checkpoint::summary(results));
         summary.extend(gangs.iter().map(|g| format!("; {g}")));
@@ -150,7 +151,7 @@ pub(crate) fn trail_line(reason: &str, r: &WorkerResult) -> (Code, String) {
 /// The result of a worker that was not asked (its label is no worker id, or the workers cannot
 /// be listed).
 fn not_asked(worker: String, waited: Duration, detail: String) -> WorkerResult {
-    WorkerResult { worker, method: "invalid", outcome: Outcome::Failed, waited, detail, gang: None }
+    WorkerResult { worker, method: "invalid", outcome: Outcome::Failed, waited, detail }
 }
 
 #[cfg(test)]

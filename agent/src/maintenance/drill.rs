@@ -91,7 +91,7 @@ pub(crate) async fn run(
     let maintenance = round_budget(cfg.checkpoint.maintenance_budget, "host-maintenance", &view);
     let wait = wait.unwrap_or(maintenance).min(MAX_WAIT);
     let round = fresh(DRILL_REASON, now, wait, format!("{} (vigil drill)", cfg.node_name), true);
-    let gang_key = claim_gang(coord, cfg, &round, wait, target).await?;
+    let gang_key = claim_gang(coord, cfg, &round, target).await?;
     let started = Instant::now();
     io.write_requests(&round, &members).await;
     let acks = io.wait_acks(&round, &members, now, started, started + wait).await;
@@ -105,19 +105,19 @@ pub(crate) async fn run(
     Ok(result)
 }
 
-/// A gang's drill takes the gang's round key (returned, to give back): while it runs, a real
-/// notice on a member's node replaces it (its workers save for the notice), and a second drill
-/// is refused. Other targets take none.
+/// A gang's drill takes the gang's round key for the round's time (returned, to give back): while
+/// it runs, a real notice on a member's node replaces it (its workers save for the notice), and a
+/// second drill is refused. Other targets take none.
 async fn claim_gang(
     coord: &dyn Coordinator,
     cfg: &Config,
     round: &Round,
-    wait: Duration,
     target: &Target,
 ) -> Result<Option<String>, DrillError> {
     let Target::Gang(g) = target else { return Ok(None) };
     let key = Keys::new(&cfg.redis.key_prefix, &cfg.node_name).gang_checkpoint(g);
-    if coord.set_nx(&key, &round.encode(), wait + ROUND_MARGIN).await? {
+    let ttl = duration(round.until - round.at) + ROUND_MARGIN;
+    if coord.set_nx(&key, &round.encode(), ttl).await? {
         return Ok(Some(key));
     }
     let open = coord.get(&key).await?.and_then(|t| Round::decode(&t));
@@ -136,8 +136,7 @@ async fn claim_gang(
 /// workers saved for the notice, and the drill measured nothing it can report.
 async fn superseded(io: &RoundIo<'_>, members: &[Asked], round: &Round) -> Result<(), DrillError> {
     for (m, rec) in members.iter().zip(&io.records(members.iter()).await?) {
-        let request = rec.get("checkpoint_request").map_or("", String::as_str);
-        if !request.is_empty() && request != round.id {
+        if rec.get("checkpoint_request").is_some_and(|r| !r.is_empty() && *r != round.id) {
             let reason = rec.get("checkpoint_reason").map_or("", String::as_str);
             return Err(DrillError::Interrupted(format!(
                 "interrupted: {} was asked for a real checkpoint ({reason}) during the drill; the workers save for it, and the drill is not recorded",

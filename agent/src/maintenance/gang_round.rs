@@ -72,7 +72,7 @@ impl Checkpointer {
         let (own, members) = asked(&node, local, &view);
         let budget = round_budget(budget, reason, &view);
         let mine = fresh(reason, now, budget, node, false);
-        let (round, opened) = self.open_or_join(&gang.id, mine, now).await?;
+        let (round, opened) = self.open_or_join(&gang.id, mine).await?;
         let io = RoundIo { coord: &*self.coord, prefix: self.keys.prefix() };
         io.write_requests(&round, if opened { &members } else { &own }).await;
         for c in local {
@@ -110,15 +110,10 @@ impl Checkpointer {
     }
 
     /// Open the gang's round, or join the one another member's notice opened for the same
-    /// reason and that still runs. Any other round there — a drill's, another reason's, one
-    /// expired between two calls — is replaced by this one, compare-and-swap: two notices that
-    /// race to replace it end in one round.
-    pub(crate) async fn open_or_join(
-        &self,
-        gang: &str,
-        fresh: Round,
-        now: Millis,
-    ) -> Result<(Round, bool), RoundError> {
+    /// reason and that still runs when `fresh` opens. Any other round there — a drill's, another
+    /// reason's, one expired between two calls — is replaced by this one, compare-and-swap: two
+    /// notices that race to replace it end in one round.
+    async fn open_or_join(&self, gang: &str, fresh: Round) -> Result<(Round, bool), RoundError> {
         let key = self.keys.gang_checkpoint(gang);
         let ttl = duration(fresh.until - fresh.at) + ROUND_MARGIN;
         for _ in 0..3 {
@@ -129,7 +124,7 @@ impl Checkpointer {
             let Some(text) = self.coord.get(&key).await? else { continue };
             // NB: a real notice never joins a drill (its workers must save for the notice) nor a
             // round of another reason (a preemption asks for a save of its own).
-            let joinable = |r: &Round| r.until > now && !r.drill && r.reason == fresh.reason;
+            let joinable = |r: &Round| r.until > fresh.at && !r.drill && r.reason == fresh.reason;
             if let Some(r) = Round::decode(&text).filter(joinable) {
                 return Ok((r, false));
             }
@@ -228,12 +223,9 @@ impl RoundIo<'_> {
 
 /// Whether the member acknowledged a round written into its record after this one opened (a
 /// preemption's round replacing a maintenance round): its save is newer than this round asked
-/// for. An earlier round's ack never counts.
+/// for. An earlier round's ack never counts, nor an empty request (`acknowledges`).
 fn acked_a_later_round(rec: &HashMap<String, String>, round: &Round) -> bool {
-    let Some(id) = rec.get("checkpoint_request").filter(|r| !r.is_empty() && **r != round.id)
-    else {
-        return false;
-    };
+    let Some(id) = rec.get("checkpoint_request").filter(|r| **r != round.id) else { return false };
     let at: Option<Millis> = rec.get("checkpoint_requested_at").and_then(|t| t.parse().ok());
     at.is_some_and(|at| at >= round.at) && acknowledges(rec, id)
 }

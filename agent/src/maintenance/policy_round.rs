@@ -52,19 +52,15 @@ pub(crate) fn describe(r: &GangRound) -> String {
     let acked = r.members.iter().filter(|m| m.acked.is_some()).count();
     let by = if r.opened { String::new() } else { format!(" (opened by {})", r.round.by) };
     let mut s = format!("gang {} round {}{by}: acked by {acked}/{total}", r.gang, r.round.id);
-    let silent: Vec<String> = r
-        .members
-        .iter()
-        .filter(|m| m.acked.is_none())
-        .map(|m| match &m.state {
-            // NB: the worker writes its state: bounded here, as it reaches the Node.
-            Some(state) => {
-                let state: String = state.chars().take(STATE_CHARS).collect();
-                format!("{} (state {state})", m.member)
-            }
+    let mut silent = Vec::new();
+    for m in r.members.iter().filter(|m| m.acked.is_none()) {
+        // NB: the worker writes its state: bounded here, as it reaches the Node.
+        let state: Option<String> = m.state.as_ref().map(|s| s.chars().take(STATE_CHARS).collect());
+        silent.push(match state {
+            Some(state) => format!("{} (state {state})", m.member),
             None => m.member.clone(),
-        })
-        .collect();
+        });
+    }
     if !silent.is_empty() {
         let within = brief(duration(r.round.until - r.round.at));
         s.push_str(&format!("; no answer from {} within {within}", names(&silent)));
@@ -81,12 +77,6 @@ pub(crate) fn describe(r: &GangRound) -> String {
     s
 }
 
-/// The median of `values` (`None` when empty).
-fn median(values: &mut [Millis]) -> Option<Millis> {
-    values.sort_unstable();
-    values.get(values.len().checked_sub(1)? / 2).copied()
-}
-
 /// A drill's result from its members' answers: `waited` is how long the drill waited in all
 /// (what a member that never answered is charged).
 pub(crate) fn drill_result(
@@ -98,14 +88,16 @@ pub(crate) fn drill_result(
     maintenance: Duration,
 ) -> DrillResult {
     let mut times: Vec<Millis> = acks.iter().map(|a| a.acked.unwrap_or(waited)).collect();
+    times.sort_unstable();
     let missing: Vec<String> =
         acks.iter().filter(|a| a.acked.is_none()).map(|a| a.member.clone()).collect();
-    let all = times.iter().copied().max().unwrap_or(waited);
-    let p50 = median(&mut times).unwrap_or(waited);
+    // The last member's time, and the median (of an even count, the lower of the middle two).
+    let all = times.last().copied().unwrap_or(waited);
+    let p50 = times.get(times.len().saturating_sub(1) / 2).copied().unwrap_or(waited);
     let secs = |ms: Millis| ms.max(0) as f64 / 1000.0;
-    let fits = |budget: Duration| {
-        !acks.is_empty() && missing.is_empty() && secs(all) <= budget.as_secs_f64()
-    };
+    // A budget is met when someone was asked and everyone acknowledged within it.
+    let answered = !acks.is_empty() && missing.is_empty();
+    let fits = |budget: Duration| answered && secs(all) <= budget.as_secs_f64();
     DrillResult {
         target,
         at,

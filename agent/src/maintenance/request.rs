@@ -84,14 +84,17 @@ as_str!(pub Outcome);
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerResult {
     pub worker: String,
+    /// How it was asked: its method (`record`, `signal`, `http`), `gang` for a member of a gang
+    /// (`detail` is then its gang round's line, `crate::maintenance::policy_round::describe`,
+    /// shared by the gang's members here), `invalid` or `none` when it was not.
     pub method: &'static str,
     pub outcome: Outcome,
     pub(crate) waited: Duration,
     pub detail: String,
-    /// For a member of a gang: its gang round's description
-    /// (`crate::maintenance::policy_round::describe`), shared by the gang's members here.
-    pub(crate) gang: Option<String>,
 }
+
+/// The [`WorkerResult::method`] of a gang's member: asked through its gang's round.
+pub(crate) const GANG: &str = "gang";
 
 /// A one-line summary for the Node annotation and the trail: `acked=2 timed-out=1 failed=0`.
 pub fn summary(results: &[WorkerResult]) -> String {
@@ -175,7 +178,6 @@ impl Checkpointer {
             outcome,
             waited: started.elapsed(),
             detail,
-            gang: None,
         };
         let method = match self.method_for(c) {
             Ok(m) => m,
@@ -326,7 +328,6 @@ mod tests {
             outcome: o,
             waited: Duration::ZERO,
             detail: String::new(),
-            gang: None,
         };
         assert_eq!(
             summary(&[r(Outcome::Acked), r(Outcome::Acked), r(Outcome::TimedOut)]),

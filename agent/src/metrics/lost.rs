@@ -32,12 +32,9 @@ pub(crate) struct LostMetrics {
 
 impl LostMetrics {
     pub(crate) fn register(reg: &mut Registry) -> Self {
-        let m = LostMetrics {
-            seconds: Family::default(),
-            // 10 s to about 2 days.
-            recovery: Histogram::new(exponential_buckets(10.0, 2.0, 15)),
-            ledger: Mutex::new(Ledger::new()),
-        };
+        // 10 s to about 2 days.
+        let recovery = Histogram::new(exponential_buckets(10.0, 2.0, 15));
+        let m = LostMetrics { seconds: Family::default(), recovery, ledger: Mutex::default() };
         for cause in CAUSES {
             let _ = m.seconds.get_or_create(&[("cause", cause)]);
         }

@@ -71,10 +71,8 @@ pub(crate) struct CheckpointMetrics {
 
 impl CheckpointMetrics {
     pub(crate) fn register(reg: &mut Registry) -> Self {
-        let m = CheckpointMetrics {
-            checkpoints: Family::default(),
-            checkpoint_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 10)),
-        };
+        let checkpoint_seconds = Histogram::new(exponential_buckets(0.25, 2.0, 10));
+        let m = CheckpointMetrics { checkpoints: Family::default(), checkpoint_seconds };
         // NB: at 0 from the start, so that the first cut-short round of an agent's life is an
         // increase (the checkpoint alert rules take `increase()`): every method's outcomes, the
         // round cut short at the grace period (`none`) and the worker whose method is invalid.

@@ -19,7 +19,7 @@ use crate::accel::gpu::model::GpuReport;
 use crate::accel::tpu::model::TpuReport;
 use crate::accel::tracker::HealthTracker;
 use crate::alerts::Notifier;
-use crate::clock::{Clock, Millis, SystemClock};
+use crate::clock::{parse_rfc3339, Clock, Millis, SystemClock};
 use crate::config::Config;
 use crate::coord::Coordinator;
 use crate::kube::device_taints::KubeDeviceTaints;
@@ -84,12 +84,13 @@ pub struct Controller {
     slow_rx: Option<watch::Receiver<crate::vocab::node::SlowNamed>>,
     /// The state the node acts on: the two sources' merged.
     state: MaintenanceState,
-    /// The metadata server's state alone, and the Node labels' alone.
+    /// The metadata server's state alone (the Node labels' is the last read Node's: see
+    /// [`Controller::merged`]).
     metadata_state: MaintenanceState,
-    labels_state: MaintenanceState,
     /// The Node source's channel (none: the Node is not read).
     node_info: Option<NodeInfoRx>,
-    /// The Node as last read, and a reader for a fresh look at SIGTERM (none: not read).
+    /// The Node as last read (its labels are the label source), and a reader for a fresh look
+    /// at SIGTERM (none: not read).
     last_info: Option<NodeInfo>,
     node_reader: Option<Arc<dyn NodeReader>>,
     /// The node's description as last noted in the trail (pool, provisioning, accelerator,
@@ -129,7 +130,6 @@ impl Controller {
             facts: SharedFacts::default(),
             state: MaintenanceState::default(),
             metadata_state: MaintenanceState::default(),
-            labels_state: MaintenanceState::default(),
             node_info: None,
             last_info: None,
             node_reader: None,
@@ -230,22 +230,22 @@ impl Controller {
     pub async fn apply(&mut self, next: MaintenanceState) {
         let mut rounds = Rounds::new();
         self.metadata_state = next;
-        self.remerge(&mut rounds).await;
+        self.transition(self.merged(), &mut rounds).await;
         while let Some(done) = rounds.join_next().await {
             self.round_done(done).await;
         }
     }
 
-    /// Act on the two sources' states merged (the worse of the two: the labels never clear what
-    /// the metadata server says).
-    async fn remerge(&mut self, rounds: &mut Rounds) {
-        let next = merge(&self.metadata_state, &self.labels_state);
-        self.transition(next, rounds).await;
+    /// The state the node acts on: the metadata server's and the last read Node labels' merged
+    /// (the worse of the two: the labels never clear what the metadata server says).
+    fn merged(&self) -> MaintenanceState {
+        let labels = self.last_info.as_ref().map(labels_state).unwrap_or_default();
+        merge(&self.metadata_state, &labels)
     }
 
     /// A new read of the Node: the pool for the claim, the node-info metric, a trail note when
-    /// the node's description changed, and GKE's maintenance signals as the label source's state
-    /// (not yet merged: see [`Controller::remerge`]).
+    /// the node's description changed, and the Node kept as last read (GKE's maintenance signals
+    /// are the label source's state, not yet acted on: see [`Controller::merged`]).
     async fn take_node_info(&mut self, info: &NodeInfo) {
         let p = place(&self.cfg.fleet, Some(info));
         self.claim.pool = p.pool.clone();
@@ -260,7 +260,6 @@ impl Controller {
             self.note(Code::NodeInfo, described.clone()).await;
             self.noted_info = Some(described);
         }
-        self.labels_state = labels_state(info);
         self.last_info = Some(info.clone());
     }
 
@@ -316,8 +315,7 @@ impl Controller {
         for source in [Source::Metadata, Source::NodeLabels] {
             self.metrics.node_info.source(source.as_str(), next.sources.contains(&source));
         }
-        let start = next.window_start.as_deref().and_then(crate::clock::parse_rfc3339);
-        self.metrics.maintenance.window_start(start);
+        self.metrics.maintenance.window_start(next.window_start.as_deref().and_then(parse_rfc3339));
         if matches!(next.phase, Phase::None | Phase::Pending) {
             self.checkpointed_episode = false;
         }
@@ -370,13 +368,6 @@ impl Controller {
         }
     }
 
-    /// SIGTERM: the checkpoint (see `on_sigterm`), then the interruption under way ends.
-    async fn stopping(&mut self, rounds: &mut Rounds) {
-        self.on_sigterm(rounds).await;
-        let now = self.now().await;
-        self.end_interruption(now, "the agent stops: the node is going away").await;
-    }
-
     /// Follow the metadata watcher (and the Node source, when given) until `term` (SIGTERM:
     /// checkpoint, then return) or `stop`.
     pub async fn run(
@@ -387,21 +378,27 @@ impl Controller {
         stop: CancellationToken,
     ) {
         let mut rounds = Rounds::new();
-        let mut tpu_rx = self.tpu_rx.take().unwrap_or_else(closed);
+        let mut tpu_rx = self.tpu_rx.take();
         let mut node_rx = self.node_info.take();
-        let mut reads =
-            self.start(&mut rx, &mut gpu_rx, &mut tpu_rx, &mut node_rx, &mut rounds).await;
+        let wait = self.cfg.metadata.first_read_wait;
+        let mut reads = FirstReads::of(&self.facts, wait, Instant::now());
+        self.start(&mut rx, &mut gpu_rx, tpu_rx.as_mut(), node_rx.as_mut(), &mut rounds).await;
         let mut tick = tokio::time::interval(self.cfg.poll_interval);
-        let (mut rx, mut gpu_rx, mut tpu_rx) = (Some(rx), Some(gpu_rx), Some(tpu_rx));
-        let off = closed();
+        let (mut rx, mut gpu_rx) = (Some(rx), Some(gpu_rx));
         loop {
+            // What of the node is read so far: restarts wait for the rest (`first_reads`). NB: a
+            // closed metadata channel counts as read (`rx` is `None` then).
+            reads.observe(&self.facts, rx.as_ref(), node_rx.as_ref(), Instant::now());
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = term.cancelled() => {
                     // NB: `stop` fires `term` too (its child): everything stopping at once (the
                     // restart loop died) is no SIGTERM, and asks no checkpoint.
                     if !stop.is_cancelled() {
-                        self.stopping(&mut rounds).await;
+                        // The checkpoint, then the interruption under way ends.
+                        self.on_sigterm(&mut rounds).await;
+                        let now = self.now().await;
+                        self.end_interruption(now, "the agent stops: the node is going away").await;
                     }
                     break;
                 }
@@ -411,66 +408,51 @@ impl Controller {
                 // `None`: closed, the watcher is off (not on GCE); keep serving SIGTERM checkpoints.
                 raw = next(&mut rx) => if let Some(raw) = raw {
                     self.metadata_state = derive(&raw);
-                    self.remerge(&mut rounds).await;
+                    self.transition(self.merged(), &mut rounds).await;
                 },
                 Some(Some(info)) = next(&mut node_rx) => {
                     self.take_node_info(&info).await;
-                    self.remerge(&mut rounds).await;
+                    self.transition(self.merged(), &mut rounds).await;
                 }
                 report = next(&mut gpu_rx) => if let Some(r) = report { self.apply_gpu(r).await },
-                report = next(&mut tpu_rx) => if let Some(r) = report { self.show_health(r).await },
+                report = next(&mut tpu_rx) => if let Some(r) = report { self.apply_tpu(r).await },
                 _ = tick.tick() => self.tick().await,
             }
-            // NB: a closed metadata channel counts as read (`rx` is `None` then: `off` is closed).
-            let metadata = rx.as_ref().unwrap_or(&off);
-            reads.observe(&self.facts, metadata, node_rx.as_ref(), Instant::now());
         }
     }
 
-    /// Bring the Node in line at start-up (clears what a previous run may have left); what of
-    /// the node is read so far (restarts wait for the rest: `first_reads`).
+    /// Bring the Node in line at start-up (clears what a previous run may have left).
     async fn start(
         &mut self,
         rx: &mut watch::Receiver<RawMetadata>,
         gpu_rx: &mut watch::Receiver<GpuReport>,
-        tpu_rx: &mut watch::Receiver<TpuReport>,
-        node_rx: &mut Option<NodeInfoRx>,
+        tpu_rx: Option<&mut watch::Receiver<TpuReport>>,
+        node_rx: Option<&mut NodeInfoRx>,
         rounds: &mut Rounds,
-    ) -> FirstReads {
-        let wait = self.cfg.metadata.first_read_wait;
-        let mut reads = FirstReads::of(&self.facts, wait, Instant::now());
+    ) {
         let gpu = gpu_rx.borrow_and_update().clone();
         self.gpu_seen = Some(tokio::time::Instant::now());
         self.note_cleared(&gpu).await;
         self.gpu.seed(gpu.clone(), &self.metrics);
         self.node.view.gpu = gpu;
         // A report only once the monitor has published one (see `NodeView::tpu`).
-        if tpu_rx.has_changed().unwrap_or(false) {
+        if let Some(tpu_rx) = tpu_rx.filter(|r| r.has_changed().unwrap_or(false)) {
             let tpu = tpu_rx.borrow_and_update().clone();
             self.tpu.seed(tpu.clone(), &self.metrics);
             self.node.view.tpu = Some(tpu);
         }
         self.set_phase_metric(Phase::None);
-        let info = node_rx.as_mut().and_then(|r| r.borrow_and_update().clone());
-        if let Some(info) = info {
+        if let Some(info) = node_rx.and_then(|r| r.borrow_and_update().clone()) {
             self.take_node_info(&info).await;
         }
         self.metadata_state = derive(&rx.borrow_and_update());
-        let first = merge(&self.metadata_state, &self.labels_state);
+        let first = self.merged();
         if first == self.state {
             self.node.publish().await;
         } else {
             self.transition(first, rounds).await;
         }
-        reads.observe(&self.facts, rx, node_rx.as_ref(), Instant::now());
-        reads
     }
-}
-
-/// A channel whose sender is gone: no TPU monitor (its branch of the run loop closes at once),
-/// or the metadata watcher once it closed.
-fn closed<T: Default>() -> watch::Receiver<T> {
-    watch::channel(T::default()).1
 }
 
 /// The next value of `rx`: pending forever without one; `None` once it closed (and `rx` is then

@@ -60,9 +60,8 @@ pub async fn follow(
                 failing = true;
             }
         }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
+        if stop.run_until_cancelled(tokio::time::sleep(every)).await.is_none() {
+            return;
         }
     }
 }

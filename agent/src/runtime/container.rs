@@ -86,10 +86,8 @@ pub(crate) fn gang_of_pod(
         return gang(id, size, "label");
     }
     // NB: a container outside Kubernetes (plain Docker) names its gang with the label only.
-    let ns = match namespace? {
-        "" => "default",
-        ns => ns,
-    };
+    let ns = namespace?;
+    let ns = if ns.is_empty() { "default" } else { ns };
     if let Some(name) = get(keys::JOBSET_NAME) {
         let attempt = get(keys::JOBSET_RESTART).and_then(|a| a.parse().ok());
         let jobset_uid = get(keys::JOBSET_UID).map(|u| u.chars().take(8).collect());

@@ -161,11 +161,9 @@ impl CriRuntime {
         let items = listed.map_err(|e| self.classify("list", "*", e, d))?.items;
         let mut out = HashMap::new();
         for p in items {
-            let Some(mut sandbox) =
-                Sandbox::from_labels(self.s.opt_in(), p.labels, p.annotations, p.metadata)
-            else {
-                continue;
-            };
+            let opted_in =
+                Sandbox::from_labels(self.s.opt_in(), p.labels, p.annotations, p.metadata);
+            let Some(mut sandbox) = opted_in else { continue };
             // An HTTP checkpoint method at `pod` is sent to the pod's IP: the listing has
             // none, its status does (one more call, for these pods only; empty on the host
             // network or when the sandbox is gone).
@@ -228,10 +226,10 @@ impl CriRuntime {
         }
     }
 
-    /// `StopContainer` with `stop_grace` (0: SIGKILL at once).
-    async fn stop(&self, target: &Container, stop_grace: Duration) -> Result<(), RuntimeError> {
+    /// `StopContainer` of container `id` with `stop_grace` (0: SIGKILL at once).
+    async fn stop(&self, id: &str, stop_grace: Duration) -> Result<(), RuntimeError> {
         let timeout = stop_grace.as_secs().min(i64::MAX as u64) as i64;
-        let req = StopContainerRequest { container_id: target.id.clone(), timeout };
+        let req = StopContainerRequest { container_id: id.to_string(), timeout };
         // NB: the stop takes the whole grace for a worker that ignores SIGTERM (then SIGKILL):
         // its deadline is the grace plus a call's time (at least `STOP_MARGIN`), never the call
         // deadline alone (the caller bounds the whole restart by `runtime.restart_timeout`).
@@ -241,10 +239,10 @@ impl CriRuntime {
             // containerd is still in the kill (`ttrpc: closed`): the call fails, yet the container
             // stopped. What counts is the container's state, read again; kubelet's next attempt
             // follows as after any stop.
-            if !self.exited(&target.id).await {
-                return Err(self.classify("restart", &target.id, e, d));
+            if !self.exited(id).await {
+                return Err(self.classify("restart", id, e, d));
             }
-            tracing::debug!(container = %target.id, error = %e.message(), "the stop call failed but the container exited: the stop took effect");
+            tracing::debug!(container = %id, error = %e.message(), "the stop call failed but the container exited: the stop took effect");
         }
         Ok(())
     }
@@ -263,13 +261,11 @@ async fn within<T>(
     deadline: Duration,
     call: impl std::future::Future<Output = Result<tonic::Response<T>, Status>>,
 ) -> Result<T, Status> {
-    match tokio::time::timeout(deadline, call).await {
-        Ok(r) => r.map(tonic::Response::into_inner),
-        Err(_) => Err(Status::deadline_exceeded(format!(
-            "no answer within {}",
-            humantime::format_duration(deadline)
-        ))),
-    }
+    let Ok(answer) = tokio::time::timeout(deadline, call).await else {
+        let waited = humantime::format_duration(deadline);
+        return Err(Status::deadline_exceeded(format!("no answer within {waited}")));
+    };
+    answer.map(tonic::Response::into_inner)
 }
 
 /// The running containers of `sandbox` (of every sandbox when it is empty).
@@ -366,14 +362,13 @@ impl ContainerRuntime for CriRuntime {
         grace: Duration,
         whole_pod: bool,
     ) -> Result<(), RuntimeError> {
-        self.stop(target, grace).await?;
+        self.stop(&target.id, grace).await?;
         let Some(p) = target.pod.as_ref().filter(|_| whole_pod) else { return Ok(()) };
         // NB: every one is asked, whatever one answers: a container left running keeps a
         // `Never` pod from failing, and its controller from replacing it.
         let mut first_error = None;
         for other in self.containers(running_in(&p.sandbox)).await? {
-            let c = Container { id: other.id, ..Container::default() };
-            if let Err(e) = self.stop(&c, grace).await {
+            if let Err(e) = self.stop(&other.id, grace).await {
                 first_error.get_or_insert(e);
             }
         }
@@ -383,7 +378,7 @@ impl ContainerRuntime for CriRuntime {
     /// `StopContainer` with the stop grace, then wait for kubelet's next attempt (the caller
     /// bounds the whole call by `restart_timeout`).
     async fn restart(&self, target: &Container, stop_grace: Duration) -> Result<(), RuntimeError> {
-        self.stop(target, stop_grace).await?;
+        self.stop(&target.id, stop_grace).await?;
         loop {
             match self.successor(target).await? {
                 Some(next) if next.id != target.id && next.running => return Ok(()),

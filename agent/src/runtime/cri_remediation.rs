@@ -77,17 +77,13 @@ impl Remedies {
             // old one's: the answer would be the new pod's controllers', for a container they
             // no longer own.
             Ok(Some(w)) if w.uid.as_ref().is_some_and(|u| !uid.is_empty() && u != uid) => {
-                Remediation::Refuse(format!(
-                    "pod {pod} in the API (uid {}) is not this container's pod (uid {}): it was created again under its name, and this container is the old pod's, its kubelet's to end",
-                    w.uid.as_deref().unwrap_or_default(),
-                    uid
-                ))
+                let api_uid = w.uid.as_deref().unwrap_or_default();
+                let why = format!("pod {pod} in the API (uid {api_uid}) is not this container's pod (uid {uid}): it was created again under its name, and this container is the old pod's, its kubelet's to end");
+                Remediation::Refuse(why)
             }
             Ok(Some(w)) => match remediation(&w, stops) {
                 Remediation::Refuse(_) if self.allow && replaceable_on_request(&w) => {
-                    let how = format!(
-                        "runtime.allow_pod_replacement: pod {pod} is failed, and what follows is its controller's"
-                    );
+                    let how = format!("runtime.allow_pod_replacement: pod {pod} is failed, and what follows is its controller's");
                     Remediation::Replace { how }
                 }
                 r => r,
@@ -95,12 +91,10 @@ impl Remedies {
             Ok(None) => Remediation::Refuse(format!("pod {pod} is gone from the API")),
             // NB: a Job's pod is stopped by SIGKILL: a worker that exits 0 on SIGTERM would
             // read to its Job as a completed index.
-            Err(e) if self.allow && self.pods.is_none() => Remediation::InPlace {
-                kill: p.job,
-                how: format!(
-                    "runtime.allow_pod_replacement: stopped although how pod {pod}'s controllers restart it is unknown ({e})"
-                ),
-            },
+            Err(e) if self.allow && self.pods.is_none() => {
+                let how = format!("runtime.allow_pod_replacement: stopped although how pod {pod}'s controllers restart it is unknown ({e})");
+                Remediation::InPlace { kill: p.job, how }
+            }
             Err(e) if self.allow => Remediation::Refuse(format!(
                 "how pod {pod}'s controllers restart it is unknown ({e}): refused until a read answers, since a stop on a guess could end the pod or spend a Job's backoffLimit unseen (runtime.allow_pod_replacement covers a pod only with the Kubernetes API off)"
             )),

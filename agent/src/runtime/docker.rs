@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bollard::errors::Error as BollardError;
 use bollard::models::ContainerInspectResponse as Inspection;
 use bollard::query_parameters::{
     EventsOptions, InspectContainerOptions, KillContainerOptions, ListContainersOptions,
@@ -153,10 +154,9 @@ impl DockerRuntime {
         if let Some(c) = guard.as_ref() {
             return Ok(c.clone());
         }
-        let c = Docker::connect_with_host(&self.host)
-            .map_err(|e| RuntimeError::unreachable(self, e))?
-            .with_timeout(self.call_timeout);
-        let c = c.negotiate_version().await.map_err(|e| RuntimeError::unreachable(self, e))?;
+        let unreachable = |e: BollardError| RuntimeError::unreachable(self, e);
+        let c = Docker::connect_with_host(&self.host).map_err(unreachable)?;
+        let c = c.with_timeout(self.call_timeout).negotiate_version().await.map_err(unreachable)?;
         if !self.podman.load(Ordering::Relaxed) {
             // Podman names itself among the components of its version (`Podman Engine`).
             let components = c.version().await.ok().and_then(|v| v.components);
@@ -173,9 +173,7 @@ impl DockerRuntime {
     async fn inspect_raw(&self, id: &str) -> Result<Option<Inspection>, RuntimeError> {
         let c = self.client().await?;
         match c.inspect_container(id, None::<InspectContainerOptions>).await {
-            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
-                Ok(None)
-            }
+            Err(BollardError::DockerResponseServerError { status_code: 404, .. }) => Ok(None),
             r => self.classify("inspect", id, r).await.map(Some),
         }
     }
@@ -187,15 +185,14 @@ impl DockerRuntime {
         &self,
         op: &'static str,
         id: &str,
-        answer: Result<T, bollard::errors::Error>,
+        answer: Result<T, BollardError>,
     ) -> Result<T, RuntimeError> {
-        use bollard::errors::Error as E;
         Err(match answer {
             Ok(v) => return Ok(v),
-            Err(E::DockerResponseServerError { message, .. }) => {
+            Err(BollardError::DockerResponseServerError { message, .. }) => {
                 RuntimeError::refused(self, op, id, &message)
             }
-            Err(E::RequestTimeoutError) => RuntimeError::Timeout {
+            Err(BollardError::RequestTimeoutError) => RuntimeError::Timeout {
                 op,
                 container: id.to_string(),
                 timeout: if op == "restart" { self.timeout } else { self.call_timeout },
@@ -225,14 +222,10 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn list_workers(&self) -> Result<Vec<Container>, RuntimeError> {
         let c = self.client().await?;
-        let filters = HashMap::from([("label".to_string(), vec![self.label.clone()])]);
-        let opts = ListContainersOptions {
-            // NB: exited ones too, so a worker whose container exited is reported, not forgotten
-            // (the agent prefers a running container of the same worker).
-            all: true,
-            filters: Some(filters),
-            ..Default::default()
-        };
+        let filters = Some(HashMap::from([("label".to_string(), vec![self.label.clone()])]));
+        // NB: exited ones too (`all`), so a worker whose container exited is reported, not
+        // forgotten (the agent prefers a running container of the same worker).
+        let opts = ListContainersOptions { all: true, filters, ..Default::default() };
         let list = self.classify("list", "*", c.list_containers(Some(opts)).await).await?;
         self.follow_events();
         let mut out = Vec::new();

@@ -67,42 +67,36 @@ pub(crate) fn choose(cfg: &Config, exists: impl Fn(&str) -> bool) -> (Choice, St
     match cfg.runtime.kind {
         RuntimeKind::Docker => (docker, "runtime.kind = docker".into()),
         RuntimeKind::Podman if exists(podman_socket) => (podman, "runtime.kind = podman".into()),
-        RuntimeKind::Podman => (
-            podman,
-            format!(
-                "runtime.kind = podman, but no Podman socket at {podman_socket} (yet): enable podman.socket (or run `podman system service`) and mount it, or set runtime.podman_socket"
-            ),
-        ),
+        RuntimeKind::Podman => {
+            let why = format!("runtime.kind = podman, but no Podman socket at {podman_socket} (yet): enable podman.socket (or run `podman system service`) and mount it, or set runtime.podman_socket");
+            (podman, why)
+        }
         RuntimeKind::Cri => match found_cri {
             Some(p) => (cri(p), "runtime.kind = cri".into()),
-            None => (
-                cri(cri_candidates[0]),
-                format!(
-                    "runtime.kind = cri, but no CRI socket at {} (yet): mount the runtime's socket, or set runtime.cri_socket",
-                    cri_candidates.join(" or ")
-                ),
-            ),
+            None => {
+                let sockets = cri_candidates.join(" or ");
+                let why = format!("runtime.kind = cri, but no CRI socket at {sockets} (yet): mount the runtime's socket, or set runtime.cri_socket");
+                (cri(cri_candidates[0]), why)
+            }
         },
         RuntimeKind::Auto => {
             if docker_socket.is_none_or(&exists) {
                 return (docker, format!("runtime.kind = auto: {} found", cfg.docker.host));
             }
             if exists(podman_socket) {
-                let why = format!("runtime.kind = auto: no Docker socket, Podman socket {podman_socket} found");
+                let why = format!(
+                    "runtime.kind = auto: no Docker socket, Podman socket {podman_socket} found"
+                );
                 return (podman, why);
             }
             if let Some(p) = found_cri {
                 let why = format!("runtime.kind = auto: no Docker socket, CRI socket {p} found");
                 return (cri(p), why);
             }
-            (
-                docker,
-                format!(
-                    "runtime.kind = auto, but none of the runtime sockets exists ({}, {podman_socket}, {}): using Docker, reported down until it answers; mount the node's runtime socket (docs/running.md)",
-                    cfg.docker.host,
-                    cri_candidates.join(", ")
-                ),
-            )
+            let host = &cfg.docker.host;
+            let sockets = cri_candidates.join(", ");
+            let why = format!("runtime.kind = auto, but none of the runtime sockets exists ({host}, {podman_socket}, {sockets}): using Docker, reported down until it answers; mount the node's runtime socket (docs/running.md)");
+            (docker, why)
         }
     }
 }

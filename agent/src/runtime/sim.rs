@@ -246,8 +246,7 @@ impl ContainerRuntime for FakeRuntime {
         s.exit_after_restarts = s.exit_after_restarts.saturating_sub(1);
         if let Some(c) = s.containers.get_mut(id) {
             c.started_at = format!("gen-{generation}");
-            c.running = !exits;
-            c.paused = false;
+            (c.running, c.paused) = (!exits, false);
         }
         *s.restarts.entry(id.to_string()).or_default() += 1;
         if s.lose_restart_replies > 0 {

@@ -197,13 +197,16 @@ impl Trail {
     }
 }
 
-/// Render stored entries (newest first, as read) as an oldest-first timeline.
+/// Render stored entries (newest first, as read) as an oldest-first timeline and, under it, the
+/// `time-lost` entries again, one line each: what each incident (and each maintenance or
+/// preemption) cost.
 pub(crate) fn render(node: &str, entries: &[TrailEntry]) -> String {
     if entries.is_empty() {
         return format!("no decisions recorded for node {node}\n");
     }
     let get = |m: &HashMap<String, String>, k: &str| m.get(k).cloned().unwrap_or_default();
     let mut out = format!("decision trail of node {node} (oldest first)\n");
+    let mut lost = String::new();
     for (_, e) in entries.iter().rev() {
         let at = get(e, "at").parse::<Millis>().map(rfc3339).unwrap_or_else(|_| "?".into());
         let dry = if e.get("dry_run").is_some() { " [dry run]" } else { "" };
@@ -213,28 +216,15 @@ pub(crate) fn render(node: &str, entries: &[TrailEntry]) -> String {
         out.push_str(&format!(
             "{at}  {worker:<14} {verdict:<14} {decision:<26} {detail}{incident}{dry}  (agent {agent})\n"
         ));
+        if decision == Code::TimeLost.as_str() {
+            // The summary's row: a field the entry lacks shows as `-`.
+            let field = |k: &str| e.get(k).map_or("-", String::as_str);
+            let [inc, who, what] = ["incident", "worker", "detail"].map(field);
+            lost.push_str(&format!("{inc:<28} {who:<14} {what}\n"));
+        }
     }
-    out.push_str(&lost_summary(entries));
-    out
-}
-
-/// The `time-lost` entries again, one line each, oldest first: what each incident (and each
-/// maintenance or preemption) cost, under the timeline.
-fn lost_summary(entries: &[TrailEntry]) -> String {
-    let lost: Vec<_> = entries
-        .iter()
-        .rev()
-        .map(|(_, e)| e)
-        .filter(|e| e.get("decision").map(String::as_str) == Some(Code::TimeLost.as_str()))
-        .collect();
-    if lost.is_empty() {
-        return String::new();
-    }
-    let mut out = String::from("\ntime lost, by incident (oldest first)\n");
-    for e in lost {
-        let field = |k: &str| e.get(k).map_or("-", String::as_str);
-        let [incident, worker, detail] = ["incident", "worker", "detail"].map(field);
-        out.push_str(&format!("{incident:<28} {worker:<14} {detail}\n"));
+    if !lost.is_empty() {
+        out.push_str(&format!("\ntime lost, by incident (oldest first)\n{lost}"));
     }
     out
 }

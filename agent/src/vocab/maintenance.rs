@@ -23,6 +23,7 @@ impl MaintenanceEvent {
         Self::VARIANTS.iter().copied().find(|e| e.as_str() == value.trim())
     }
 }
+
 as_str!(pub MaintenanceEvent);
 
 /// `maintenance_status` of a scheduled event.
@@ -43,8 +44,6 @@ pub enum Interruption {
     Preemption,
     HostMaintenance,
 }
-
-as_str!(pub Interruption);
 
 /// Raw values of the watched keys, as last read successfully. `None` = not read yet / absent.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -98,8 +97,6 @@ pub enum Phase {
     Terminating,
 }
 
-as_str!(pub Phase);
-
 /// Where a maintenance signal came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "kebab-case")]
@@ -112,7 +109,7 @@ pub enum Source {
     NodeLabels,
 }
 
-as_str!(pub Source);
+as_str!(pub Interruption, Phase, Source);
 
 /// What the agent acts on.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -46,8 +46,6 @@ pub enum ConditionStatus {
     Unknown,
 }
 
-as_str!(pub ConditionStatus);
-
 /// A Node condition as node-problem-detector publishes them: remediation tools (medik8s NHC,
 /// cluster autoscalers, dashboards) read conditions, not labels. Every Vigil condition has one
 /// polarity, theirs: `True` means a problem (docs/kubernetes.md).
@@ -68,7 +66,7 @@ pub enum EventType {
     Warning,
 }
 
-as_str!(pub EventType);
+as_str!(pub ConditionStatus, EventType);
 
 /// The taint (after the label prefix) while termination is imminent.
 pub(crate) const TERMINATION_TAINT: &str = "termination-imminent";
@@ -172,16 +170,12 @@ pub(crate) fn problem_condition(
     reason: &str,
     message: String,
 ) -> NodeCondition {
-    NodeCondition {
-        kind: kind.into(),
-        status: match problem {
-            Some(true) => ConditionStatus::True,
-            Some(false) => ConditionStatus::False,
-            None => ConditionStatus::Unknown,
-        },
-        reason: reason.into(),
-        message,
-    }
+    let status = match problem {
+        Some(true) => ConditionStatus::True,
+        Some(false) => ConditionStatus::False,
+        None => ConditionStatus::Unknown,
+    };
+    NodeCondition { kind: kind.into(), status, reason: reason.into(), message }
 }
 
 /// `s` cut to at most `max` bytes on a character boundary.

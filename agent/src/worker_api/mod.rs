@@ -136,10 +136,8 @@ impl Answer {
     }
     fn throttled(t: Throttled) -> Answer {
         let secs = t.retry_after.as_secs_f64().ceil().max(1.0) as u64;
-        let why = format!(
-            "too many tokens the API server refused came from {} lately: not reviewed; send a valid token again in {secs} s",
-            t.whose
-        );
+        let whose = t.whose;
+        let why = format!("too many tokens the API server refused came from {whose} lately: not reviewed; send a valid token again in {secs} s");
         Answer(StatusCode::TOO_MANY_REQUESTS, "throttled", why, Some(secs))
     }
 
@@ -224,8 +222,7 @@ impl WorkerApiState {
         let record = self.coord.hgetall(&self.keys.status(id)).await.unwrap_or_default();
         let mut answer = pending_checkpoint(&record, write.rank);
         answer.insert("heartbeat_ms".into(), Value::from(now));
-        let mut warnings: Vec<String> =
-            grace_warning(&write.fields, self.max_grace).into_iter().collect();
+        let mut warnings = Vec::from_iter(grace_warning(&write.fields, self.max_grace));
         if let Some(m) = membership {
             if let Some(g) = &m.gang {
                 answer.insert("gang".into(), Value::from(g.id.clone()));
@@ -245,11 +242,8 @@ impl WorkerApiState {
         headers: &HeaderMap,
     ) -> Result<Answer, Answer> {
         self.admit(peer, id, headers).await?;
-        let record = self
-            .coord
-            .hgetall(&self.keys.status(id))
-            .await
-            .map_err(|e| Answer::unavailable(e.to_string()))?;
+        let record = self.coord.hgetall(&self.keys.status(id)).await;
+        let record = record.map_err(|e| Answer::unavailable(e.to_string()))?;
         let fields = record.into_iter().map(|(k, v)| (k, v.into()));
         Ok(Answer::ok("read", Value::Object(fields.collect()).to_string()))
     }
@@ -262,10 +256,8 @@ impl WorkerApiState {
         headers: &HeaderMap,
     ) -> Result<Option<Container>, Answer> {
         if !valid_worker_id(id) {
-            return Err(Answer::invalid(
-                StatusCode::BAD_REQUEST,
-                "worker id must be 1-128 characters of [A-Za-z0-9._-]",
-            ));
+            let why = "worker id must be 1-128 characters of [A-Za-z0-9._-]";
+            return Err(Answer::invalid(StatusCode::BAD_REQUEST, why));
         }
         let caller = self.authenticate(peer, headers).await?;
         if caller == Caller::Loopback {
@@ -297,11 +289,10 @@ impl WorkerApiState {
         if within(cgroup, &init, &c.id) {
             return Ok(());
         }
-        Err(Answer::forbidden(format!(
-            "the caller's cgroup is named after {} but is not where the runtime runs it: {}",
-            c.display(),
-            cgroup.lines().next().unwrap_or_default()
-        )))
+        let name = c.display();
+        let first = cgroup.lines().next().unwrap_or_default();
+        let why = format!("the caller's cgroup is named after {name} but is not where the runtime runs it: {first}");
+        Err(Answer::forbidden(why))
     }
 
     /// Who sent the write, as proven by its listener's means.
@@ -335,10 +326,9 @@ impl WorkerApiState {
             ));
         };
         if token.len() > MAX_TOKEN {
-            return Err(Answer::unauthenticated(format!(
-                "the bearer token is {} bytes; a projected ServiceAccount token is at most {MAX_TOKEN}",
-                token.len()
-            )));
+            let len = token.len();
+            let why = format!("the bearer token is {len} bytes; a projected ServiceAccount token is at most {MAX_TOKEN}");
+            return Err(Answer::unauthenticated(why));
         }
         let reviewer = self.reviewer.as_ref().ok_or_else(|| {
             Answer::unavailable("the Kubernetes API is not available to review tokens")
@@ -391,10 +381,8 @@ fn grace_warning(fields: &[(String, String)], max_grace: Duration) -> Option<Str
     let asked = parse_grace(g)?;
     (asked > crate::clock::ms(max_grace)).then(|| {
         let max = humantime::format_duration(max_grace);
-        format!(
-            "grace {} is longer than this agent's policy.max_grace ({max}): the worker may stay silent for {max} only",
-            crate::clock::brief(Duration::from_millis(asked as u64)),
-        )
+        let asked_text = crate::clock::brief(Duration::from_millis(asked as u64));
+        format!("grace {asked_text} is longer than this agent's policy.max_grace ({max}): the worker may stay silent for {max} only")
     })
 }
 

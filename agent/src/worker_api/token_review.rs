@@ -91,9 +91,8 @@ pub(crate) fn interpret(status: &TokenReviewStatus, audience: &str) -> Reviewed 
     // holds. Only a token minted for Vigil's audience is a worker's word.
     let for_us = status.audiences.as_ref().is_some_and(|a| a.iter().any(|x| x == audience));
     if !for_us {
-        return Reviewed::Refused(format!(
-            "the token is not for audience {audience:?}: mount a projected ServiceAccount token with `audience: {audience}`"
-        ));
+        let why = format!("the token is not for audience {audience:?}: mount a projected ServiceAccount token with `audience: {audience}`");
+        return Reviewed::Refused(why);
     }
     let user = status.user.clone().unwrap_or_default();
     let username = user.username.unwrap_or_default();
@@ -180,10 +179,8 @@ impl<R: TokenReviewer> CachedReviews<R> {
 
     fn cached(&self, key: &Digest, now: Instant) -> Option<Reviewed> {
         let answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
-        answers
-            .get(key)
-            .filter(|(at, _)| now.saturating_duration_since(*at) < self.ttl)
-            .map(|(_, r)| r.clone())
+        let (at, answer) = answers.get(key)?;
+        (now.saturating_duration_since(*at) < self.ttl).then(|| answer.clone())
     }
 
     fn remember(&self, key: Digest, now: Instant, answer: &Reviewed) {

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use strum::{IntoStaticStr, VariantArray};
 
 use crate::config::XidAction;
 
@@ -255,9 +256,7 @@ pub struct GpuCleared {
 pub(crate) const MAX_CLEARED: usize = 16;
 
 /// Where the GPU monitor stands.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub enum GpuMonitorState {
     /// Not started yet.

@@ -13,12 +13,12 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::accel::clock_ms;
-use crate::accel::gpu::model::{GpuCleared, GpuMonitorState, GpuReport, GpuSample, XidEvent};
+use crate::accel::gpu::model::{GpuMonitorState, GpuReport, GpuSample, XidEvent};
 use crate::accel::gpu::nvml::GpuProbe;
-use crate::accel::gpu::policy::{new_cleared, rejudge, update};
-use crate::accel::gpu::policy_episode::{ended, new_begun};
+use crate::accel::gpu::policy::{rejudge, update};
+use crate::accel::gpu::policy_episode::ended;
 use crate::accel::gpu::policy_kubelet::{hear, new_reports, KubeletReport};
-use crate::accel::gpu::policy_state::{needs_write, snapshot, StateFile};
+use crate::accel::gpu::policy_state::{needs_write, snapshot, Restored, StateFile};
 use crate::accel::gpu::policy_xid::RECOVERY_ACTION_CHANGED;
 use crate::accel::gpu::state::StateStore;
 use crate::clock::human;
@@ -106,18 +106,17 @@ impl Keeper {
     /// Read the file: the report to start from, not judged yet (failures of this boot,
     /// clearings by a reboot).
     fn open(store: StateStore) -> (Keeper, GpuReport) {
-        let restored = store.load();
-        if let Some(w) = &restored.warning {
+        let Restored { gpus, cleared, warning } = store.load();
+        if let Some(w) = &warning {
             tracing::warn!("{w}");
         }
-        for g in &restored.gpus {
+        for g in &gpus {
             tracing::warn!(gpu = %g.uuid, "GPU failed before the agent restarted; kept failed");
         }
-        for c in &restored.cleared {
+        for c in &cleared {
             tracing::info!(gpu = %c.gpu, "GPU failure cleared: {}", c.why);
         }
-        let seed =
-            GpuReport { gpus: restored.gpus, cleared: restored.cleared, ..GpuReport::default() };
+        let seed = GpuReport { gpus, cleared, ..GpuReport::default() };
         (Keeper { store, last: None, last_at: 0, errors: Throttled::default() }, seed)
     }
 
@@ -167,7 +166,7 @@ pub(crate) fn run_monitor(
         if let Err(e) = &watchdog {
             tracing::warn!(error = %e, "cannot start the NVML watchdog thread; a wedged driver would go unreported");
         }
-        monitor_loop(probe, Verdict::start(store, kubelet, cfg, tx), stop, &calls);
+        Verdict::start(store, kubelet, cfg, tx).follow(probe, stop, &calls);
         calls.lock().done = true;
     });
     tracing::debug!("GPU monitor stopped");
@@ -251,8 +250,6 @@ fn watchdog(
 struct Verdict<'a> {
     report: GpuReport,
     keeper: Option<Keeper>,
-    cleared_seen: u64,
-    begun_seen: u64,
     /// The kubelet's reports as last heard.
     heard: Vec<KubeletReport>,
     kubelet: Option<Kubelet>,
@@ -272,8 +269,7 @@ impl<'a> Verdict<'a> {
         let (keeper, seed) = store.map(Keeper::open).unzip();
         let report = rejudge(&seed.unwrap_or_default(), cfg);
         tx.send_replace(report.clone());
-        let cleared_seen = report.cleared.last().map_or(0, |c: &GpuCleared| c.seq);
-        Verdict { report, keeper, cleared_seen, begun_seen: 0, heard: Vec::new(), kubelet, cfg, tx }
+        Verdict { report, keeper, heard: Vec::new(), kubelet, cfg, tx }
     }
 
     /// Take `report` as the verdict: the failures kept, and published (`always`: even when it
@@ -292,10 +288,7 @@ impl<'a> Verdict<'a> {
     /// change the report.
     fn fold(&mut self, samples: &[GpuSample], xids: &[XidEvent]) {
         let next = update(&self.report, samples, xids, clock_ms(), self.cfg);
-        log_episodes(&self.report, &next, &mut self.begun_seen);
-        for c in new_cleared(&next, &mut self.cleared_seen) {
-            tracing::info!(gpu = %c.gpu, causes = %c.causes.join("; "), "GPU failure cleared: {}", c.why);
-        }
+        log_changes(&self.report, &next);
         self.set(next, xids.is_empty());
     }
 
@@ -316,62 +309,63 @@ impl<'a> Verdict<'a> {
         }
         self.set(hear(&self.report, &new, self.cfg), true);
     }
-}
 
-/// The monitor loop proper (blocking), its NVML calls under the watchdog's eye.
-fn monitor_loop(
-    mut probe: Box<dyn GpuProbe>,
-    mut v: Verdict<'_>,
-    stop: &CancellationToken,
-    calls: &Calls,
-) {
-    let mut samples: Vec<GpuSample> = Vec::new();
-    let mut sample_errors = Throttled::default();
-    let mut xid_errors = Throttled::default();
-    let mut next_sample = Instant::now();
-    while !stop.is_cancelled() {
-        if Instant::now() >= next_sample {
-            match calls.run("reading the GPUs", &v, || probe.sample()) {
-                Ok(s) => {
-                    sample_errors.ok("GPUs readable again");
-                    samples = s;
-                    v.fold(&samples, &[]);
+    /// The monitor loop proper (blocking), its NVML calls under the watchdog's eye: the verdict
+    /// followed and published until `stop`.
+    fn follow(mut self, mut probe: Box<dyn GpuProbe>, stop: &CancellationToken, calls: &Calls) {
+        let mut samples: Vec<GpuSample> = Vec::new();
+        let mut sample_errors = Throttled::default();
+        let mut xid_errors = Throttled::default();
+        let mut next_sample = Instant::now();
+        while !stop.is_cancelled() {
+            if Instant::now() >= next_sample {
+                match calls.run("reading the GPUs", &self, || probe.sample()) {
+                    Ok(s) => {
+                        sample_errors.ok("GPUs readable again");
+                        samples = s;
+                        self.fold(&samples, &[]);
+                    }
+                    Err(e) => {
+                        sample_errors.warn("cannot read the GPUs; the last GPU verdict stands", &e)
+                    }
+                }
+                next_sample = Instant::now() + self.cfg.sample_interval;
+            }
+            if stop.is_cancelled() {
+                break;
+            }
+            self.listen();
+            let wait = next_sample.saturating_duration_since(Instant::now()).min(XID_WAIT);
+            let started = Instant::now();
+            match calls.run("waiting for XID events", &self, || probe.wait_xids(wait)) {
+                Ok(xids) if xids.is_empty() => {}
+                Ok(xids) => {
+                    xid_errors.ok("XID events readable again");
+                    tracing::debug!(events = xids.len(), "GPU XID events");
+                    if xids.iter().any(|x| x.xid == RECOVERY_ACTION_CHANGED) {
+                        next_sample = Instant::now();
+                    }
+                    self.fold(&samples, &xids);
                 }
                 Err(e) => {
-                    sample_errors.warn("cannot read the GPUs; the last GPU verdict stands", &e)
+                    xid_errors.warn("cannot wait for GPU XID events", &e);
+                    // A probe that fails at once must not turn this loop into a busy loop.
+                    std::thread::sleep(wait.saturating_sub(started.elapsed()));
                 }
-            }
-            next_sample = Instant::now() + v.cfg.sample_interval;
-        }
-        if stop.is_cancelled() {
-            break;
-        }
-        v.listen();
-        let wait = next_sample.saturating_duration_since(Instant::now()).min(XID_WAIT);
-        let started = Instant::now();
-        match calls.run("waiting for XID events", &v, || probe.wait_xids(wait)) {
-            Ok(xids) if xids.is_empty() => {}
-            Ok(xids) => {
-                xid_errors.ok("XID events readable again");
-                tracing::debug!(events = xids.len(), "GPU XID events");
-                if xids.iter().any(|x| x.xid == RECOVERY_ACTION_CHANGED) {
-                    next_sample = Instant::now();
-                }
-                v.fold(&samples, &xids);
-            }
-            Err(e) => {
-                xid_errors.warn("cannot wait for GPU XID events", &e);
-                // A probe that fails at once must not turn this loop into a busy loop.
-                std::thread::sleep(wait.saturating_sub(started.elapsed()));
             }
         }
     }
 }
 
-/// One line per XID episode that began (warn) and one per episode that ended (info), however
-/// many events each holds: never a line per event (a storm of one XID is one episode).
-fn log_episodes(prev: &GpuReport, next: &GpuReport, begun_seen: &mut u64) {
-    for b in new_begun(next, begun_seen) {
+/// What `next` holds that `prev` did not, in the log: one line per XID episode that began (warn)
+/// and one per episode that ended (info), however many events each holds (never a line per
+/// event: a storm of one XID is one episode), and one per failure cleared.
+///
+/// NB: the monitor sees every report it makes, so what is new is what is numbered after `prev`'s
+/// latest (a reader of the channel, which may miss reports, counts what it has seen instead:
+/// `new_begun`, `new_cleared`).
+fn log_changes(prev: &GpuReport, next: &GpuReport) {
+    for b in next.begun.iter().filter(|b| b.seq > prev.episode_seq) {
         tracing::warn!(gpu = %b.gpu, xid = b.xid, "GPU XID episode began: {}", b.detail);
     }
     for (gpu, e) in ended(prev, next) {
@@ -384,6 +378,10 @@ fn log_episodes(prev: &GpuReport, next: &GpuReport, begun_seen: &mut u64) {
             e.count,
             human(e.last_ms - e.first_ms)
         );
+    }
+    let cleared_before = prev.cleared.last().map_or(0, |c| c.seq);
+    for c in next.cleared.iter().filter(|c| c.seq > cleared_before) {
+        tracing::info!(gpu = %c.gpu, causes = %c.causes.join("; "), "GPU failure cleared: {}", c.why);
     }
 }
 

@@ -66,7 +66,8 @@ pub trait GpuProbe: Send {
     fn wait_xids(&mut self, timeout: Duration) -> Result<Vec<XidEvent>, GpuError>;
 }
 
-/// The library `Nvml::init` opens when no path is configured (nvml-wrapper's private `LIB_PATH`).
+/// The library opened when no path is configured (nvml-wrapper's private `LIB_PATH`, which
+/// `Nvml::init` opens).
 const DEFAULT_LIB: &str = "libnvidia-ml.so.1";
 
 /// Initialised NVML handles, one per library path (in practice one per process).
@@ -76,20 +77,17 @@ const DEFAULT_LIB: &str = "libnvidia-ml.so.1";
 /// self-reference without `unsafe`; it is created once per process and lives as long as the
 /// process anyway (dropping it would only call `nvmlShutdown` at exit). Kept here so a second
 /// probe (a config reload, a test) reuses it instead of leaking another.
-static NVML: Mutex<Vec<(Option<String>, &'static Nvml)>> = Mutex::new(Vec::new());
+static NVML: Mutex<Vec<(String, &'static Nvml)>> = Mutex::new(Vec::new());
 
-fn nvml_for(library_path: Option<&str>) -> Result<&'static Nvml, NvmlError> {
+fn nvml_for(library_path: &str) -> Result<&'static Nvml, NvmlError> {
     let mut loaded = NVML.lock().unwrap_or_else(|p| p.into_inner());
-    let key = library_path.map(str::to_owned);
-    if let Some((_, nvml)) = loaded.iter().find(|(k, _)| *k == key) {
+    if let Some((_, nvml)) = loaded.iter().find(|(path, _)| path == library_path) {
         return Ok(nvml);
     }
-    let nvml = match library_path {
-        Some(p) => Nvml::builder().lib_path(OsStr::new(p)).init()?,
-        None => Nvml::init()?,
-    };
+    // NB: with no flags, the builder's `init` is `Nvml::init` on this path (`nvmlInit_v2`).
+    let nvml = Nvml::builder().lib_path(OsStr::new(library_path)).init()?;
     let nvml: &'static Nvml = Box::leak(Box::new(nvml));
-    loaded.push((key, nvml));
+    loaded.push((library_path.to_string(), nvml));
     Ok(nvml)
 }
 
@@ -181,7 +179,7 @@ impl NvmlProbe {
     /// Load NVML (from `library_path`, or the loader's search path) and register for critical
     /// XID events on every GPU that supports them. Never panics.
     pub fn new(library_path: Option<&str>) -> Result<NvmlProbe, GpuError> {
-        let library_path = library_path.filter(|p| !p.is_empty());
+        let library_path = library_path.filter(|p| !p.is_empty()).unwrap_or(DEFAULT_LIB);
         let nvml = nvml_for(library_path).map_err(init_error)?;
         let count = nvml.device_count().map_err(init_error)?;
         let candidates: Vec<u32> = (0..count)
@@ -202,7 +200,7 @@ impl NvmlProbe {
                 "some GPUs do not deliver XID events; their hardware errors show only through samples"
             );
         }
-        let remap = RemapReader::open(library_path.unwrap_or(DEFAULT_LIB));
+        let remap = RemapReader::open(library_path);
         Ok(NvmlProbe { nvml, events, xid_gpus, remap })
     }
 
@@ -220,8 +218,8 @@ impl NvmlProbe {
         // Without a UUID the GPU has no identity to judge; it is left out like a lost one.
         let uuid = readable(index, d.uuid())?;
         let memory = field(index, "memory", d.memory_info());
+        let ecc = |kind, counter| field(index, "ecc", d.total_ecc_errors(kind, counter));
         let retired = |cause| d.retired_pages(cause).map(|p| p.len() as u64);
-        let unc = MemoryError::Uncorrected;
         Some(GpuSample {
             index,
             uuid,
@@ -233,10 +231,10 @@ impl NvmlProbe {
                 .map(|u| f64::from(u.gpu.min(100)) / 100.0),
             memory_used_bytes: memory.as_ref().map(|m| m.used),
             memory_total_bytes: memory.as_ref().map(|m| m.total),
-            ecc_volatile_corrected: ecc(index, d, MemoryError::Corrected, EccCounter::Volatile),
-            ecc_volatile_uncorrected: ecc(index, d, MemoryError::Uncorrected, EccCounter::Volatile),
-            ecc_aggregate_corrected: ecc(index, d, MemoryError::Corrected, EccCounter::Aggregate),
-            ecc_aggregate_uncorrected: ecc(index, d, unc, EccCounter::Aggregate),
+            ecc_volatile_corrected: ecc(MemoryError::Corrected, EccCounter::Volatile),
+            ecc_volatile_uncorrected: ecc(MemoryError::Uncorrected, EccCounter::Volatile),
+            ecc_aggregate_corrected: ecc(MemoryError::Corrected, EccCounter::Aggregate),
+            ecc_aggregate_uncorrected: ecc(MemoryError::Uncorrected, EccCounter::Aggregate),
             retired_pages: field(
                 index,
                 "retired_pages",
@@ -316,10 +314,6 @@ fn recovery_action(index: u32, d: &Device<'_>) -> Option<RecoveryAction> {
         SampleValue::F64(_) => return None,
     };
     Some(RecoveryAction::from_nvml(u32::try_from(v).ok()?))
-}
-
-fn ecc(index: u32, d: &Device<'_>, kind: MemoryError, counter: EccCounter) -> Option<u64> {
-    field(index, "ecc", d.total_ecc_errors(kind, counter))
 }
 
 /// An event set with critical XIDs registered on `gpus`, and the GPUs actually registered.
@@ -425,8 +419,7 @@ pub(crate) fn gpus_present(h: &HostPaths) -> bool {
                 .map(|s| s.trim().to_ascii_lowercase())
                 .unwrap_or_default()
         };
-        read("vendor") == "0x10de"
-            && (read("class").starts_with("0x0300") || read("class").starts_with("0x0302"))
+        read("vendor") == "0x10de" && matches!(read("class").get(..6), Some("0x0300" | "0x0302"))
     };
     names(&h.dev).is_ok_and(|files| files.iter().any(|f| numbered(f, "nvidia")))
         || names(&h.pci_devices).is_ok_and(|addrs| addrs.iter().any(nvidia_display))

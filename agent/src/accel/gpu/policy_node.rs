@@ -70,15 +70,11 @@ pub(crate) fn gpu_condition(report: &GpuReport) -> NodeCondition {
     use crate::accel::gpu::model::GpuMonitorState as S;
     let (reason, message) = match report.state {
         // The verdict's condition, its message from the reasons.
-        S::On => {
-            let (node, reasons) = (report.node, &report.node_reasons);
-            let message = if reasons.is_empty() {
-                format!("GPU health {}", node.as_str())
-            } else {
-                reasons.join("; ")
-            };
-            return verdict_condition(&GPU, node, &message);
+        S::On if report.node_reasons.is_empty() => {
+            let message = format!("GPU health {}", report.node.as_str());
+            return verdict_condition(&GPU, report.node, &message);
         }
+        S::On => return verdict_condition(&GPU, report.node, &report.node_reasons.join("; ")),
         S::Off => ("MonitoringOff", "GPU monitoring is off (gpu.enabled = off)".into()),
         S::NoGpu => (
             "NoGpu",

@@ -8,6 +8,8 @@
 //! names are kept failed when it names this boot, so a torn write cannot quietly return a broken
 //! GPU to work.
 
+use std::io::ErrorKind;
+
 use serde::{Deserialize, Serialize};
 
 use crate::accel::gpu::model::{label, Failure, GpuCleared, GpuStatus, ResetMarks};
@@ -40,17 +42,6 @@ pub(crate) struct KeptGpu {
     pub(crate) lost: bool,
     #[serde(default)]
     pub(crate) marks: ResetMarks,
-}
-
-/// What was found at the state file's path.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Loaded {
-    /// No file (the first start, or `gpu.state_file` empty).
-    Missing,
-    /// The file's text.
-    Text(String),
-    /// It exists but could not be read (permissions, I/O error).
-    Unreadable(String),
 }
 
 /// What the agent starts with: the GPUs still failed, the failures the reboot cleared, and a
@@ -94,17 +85,19 @@ pub(crate) fn needs_write(
     })
 }
 
-/// What a file found at start-up means on the boot `boot_id`.
-pub(crate) fn restore(loaded: Loaded, boot_id: &str, path: &str) -> Restored {
-    let text = match loaded {
-        Loaded::Missing => return Restored::default(),
-        Loaded::Unreadable(e) => {
+/// What the file read at start-up means on the boot `boot_id`: `read` is its text, or why it
+/// could not be read (no file: the first start, a clean one; any other error, permissions or
+/// I/O, a warning).
+pub(crate) fn restore(read: std::io::Result<String>, boot_id: &str, path: &str) -> Restored {
+    let text = match read {
+        Ok(text) => text,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Restored::default(),
+        Err(e) => {
             let warning = format!(
                 "the GPU state file {path} cannot be read ({e}): failures from before this start are not known; fix its permissions"
             );
             return Restored { warning: Some(warning), ..Restored::default() };
         }
-        Loaded::Text(t) => t,
     };
     match serde_json::from_str::<StateFile>(&text) {
         Ok(f) if f.version == VERSION => from_file(f, boot_id),
@@ -207,7 +200,7 @@ mod tests {
     #[test]
     fn a_failure_written_on_this_boot_is_kept() {
         let text = text_of(&[failed(UUID, false), GpuStatus::default()], BOOT);
-        let r = restore(Loaded::Text(text), BOOT, "/s.json");
+        let r = restore(Ok(text), BOOT, "/s.json");
         assert!(r.warning.is_none() && r.cleared.is_empty());
         assert_eq!(r.gpus.len(), 1, "only GPUs with a failure (and a UUID) are kept");
         let f = r.gpus[0].failure.as_ref().unwrap();
@@ -220,7 +213,7 @@ mod tests {
     #[test]
     fn a_reboot_clears_every_kept_failure_and_says_so() {
         let text = text_of(&[failed(UUID, true)], BOOT);
-        let r = restore(Loaded::Text(text), "another-boot", "/s.json");
+        let r = restore(Ok(text), "another-boot", "/s.json");
         assert!(r.gpus.is_empty());
         assert_eq!(r.cleared.len(), 1);
         assert!(r.cleared[0].why.contains("rebooted"), "{:?}", r.cleared);
@@ -230,9 +223,9 @@ mod tests {
 
     #[test]
     fn no_file_is_a_clean_start_and_an_unreadable_one_a_warning() {
-        let r = restore(Loaded::Missing, BOOT, "/s.json");
+        let r = restore(Err(ErrorKind::NotFound.into()), BOOT, "/s.json");
         assert!(r.gpus.is_empty() && r.warning.is_none());
-        let r = restore(Loaded::Unreadable("permission denied".into()), BOOT, "/s.json");
+        let r = restore(Err(ErrorKind::PermissionDenied.into()), BOOT, "/s.json");
         assert!(r.gpus.is_empty());
         assert!(r.warning.unwrap().contains("permission denied"));
     }
@@ -241,23 +234,23 @@ mod tests {
     fn a_corrupt_file_of_this_boot_keeps_the_gpus_it_names_failed() {
         let whole = text_of(&[failed(UUID, false)], BOOT);
         let torn = &whole[..whole.len() - 20];
-        let r = restore(Loaded::Text(torn.into()), BOOT, "/s.json");
+        let r = restore(Ok(torn.into()), BOOT, "/s.json");
         assert_eq!(r.gpus.len(), 1, "{:?}", r.warning);
         assert_eq!(r.gpus[0].uuid, UUID);
         assert_eq!(r.gpus[0].failure.as_ref().map(|f| f.action), Some(XidAction::ResetGpu));
         let w = r.warning.unwrap();
         assert!(w.contains("corrupt") && w.contains(UUID), "{w}");
         // Of another boot: a reboot cleared it anyway.
-        let r = restore(Loaded::Text(torn.into()), "another-boot", "/s.json");
+        let r = restore(Ok(torn.into()), "another-boot", "/s.json");
         assert!(r.gpus.is_empty());
         assert!(r.warning.unwrap().contains("does not name this boot"));
         // Not JSON at all, no UUID: nothing kept, a warning.
-        let r = restore(Loaded::Text(format!("\u{0}\u{0}{BOOT}")), BOOT, "/s.json");
+        let r = restore(Ok(format!("\u{0}\u{0}{BOOT}")), BOOT, "/s.json");
         assert!(r.gpus.is_empty());
         assert!(r.warning.is_some());
         // Another version.
         let v2 = whole.replace("\"version\":1", "\"version\":2");
-        let r = restore(Loaded::Text(v2), BOOT, "/s.json");
+        let r = restore(Ok(v2), BOOT, "/s.json");
         assert_eq!(r.gpus.len(), 1);
         assert!(r.warning.unwrap().contains("version 2"));
     }

@@ -160,9 +160,8 @@ pub(crate) fn builtin(xid: u64) -> Option<&'static XidRow> {
 /// The built-in table with the configured overrides applied (an override of an XID the table
 /// does not list is added), by XID.
 pub(crate) fn table(cfg: &GpuConfig) -> Vec<XidRow> {
-    let overrides = cfg.xid_overrides();
     let mut rows: Vec<XidRow> = BUILTIN.to_vec();
-    for (&xid, &action) in &overrides {
+    for (&xid, &action) in &cfg.xid_overrides() {
         match rows.iter_mut().find(|r| r.xid == xid) {
             Some(r) => (r.action, r.source) = (action, "config"),
             None => rows.push(row(xid, "(not in NVIDIA's table)", "-", action, "config")),

@@ -206,13 +206,8 @@ fn readyz(warnings: &Option<Warnings>, why: Option<String>) {
 
 /// Publish `state` (a report with no GPUs) unless it is already the one published.
 fn publish(tx: &watch::Sender<GpuReport>, state: GpuMonitorState) {
-    tx.send_if_modified(|cur| {
-        let changed = cur.state != state || !cur.gpus.is_empty();
-        if changed {
-            *cur = GpuReport::in_state(state);
-        }
-        changed
-    });
+    let next = GpuReport::in_state(state);
+    tx.send_if_modified(|cur| std::mem::replace(cur, next) != *cur);
 }
 
 /// On the monitor's thread: wait until NVML loads (`Some(probe)`) or `stop` (`None`),

@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::accel::gpu::policy_state::{restore, Loaded, Restored, StateFile};
+use crate::accel::gpu::policy_state::{restore, Restored, StateFile};
 
 /// Where the kernel tells the boot id (a fresh random UUID at every boot).
 pub(crate) const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
@@ -53,12 +53,8 @@ impl StateStore {
     /// What the file holds for this boot; a problem with it is a warning in the result, never
     /// an error.
     pub(crate) fn load(&self) -> Restored {
-        let loaded = match std::fs::read_to_string(&self.path) {
-            Ok(text) => Loaded::Text(text),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Loaded::Missing,
-            Err(e) => Loaded::Unreadable(e.to_string()),
-        };
-        restore(loaded, &self.boot_id, &self.path.display().to_string())
+        let read = std::fs::read_to_string(&self.path);
+        restore(read, &self.boot_id, &self.path.display().to_string())
     }
 
     /// Replace the file with `state`, atomically: a reader (or a crash) sees the old content or

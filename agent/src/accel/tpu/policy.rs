@@ -113,7 +113,7 @@ pub fn allocatable_chips(quantity: &str) -> Option<u32> {
     quantity.trim().parse().ok()
 }
 
-/// The node's TPU verdict at `now_ms` (pure).
+/// The node's TPU verdict at `now_ms` (pure), with the device errors counted so far.
 ///
 /// - Not a TPU node (no device file, and no `google.com/tpu` advertised): no verdict.
 /// - Fewer device files than the Node's allocatable `google.com/tpu`: failed (a chip is gone:
@@ -127,7 +127,7 @@ pub(crate) fn verdict(mem: &TpuMemory, now_ms: i64, window: Duration) -> TpuRepo
     let present = mem.device_files.len() as u32;
     let expected = mem.expected;
     if present == 0 && expected.unwrap_or(0) == 0 {
-        return TpuReport { expected, ..TpuReport::default() };
+        return TpuReport { expected, errors_total: mem.errors_total, ..TpuReport::default() };
     }
     let mut health = TpuHealth::Healthy;
     let mut reasons = Vec::new();
@@ -161,7 +161,7 @@ pub(crate) fn verdict(mem: &TpuMemory, now_ms: i64, window: Duration) -> TpuRepo
         health,
         reasons,
         recent_errors,
-        errors_total: (0, 0),
+        errors_total: mem.errors_total,
     }
 }
 
@@ -250,7 +250,7 @@ pub(crate) fn fold(
     prune(&mut mem.errors, now_ms, window);
     mem.device_files = reading.device_files.clone();
     mem.expected = expected;
-    TpuReport { errors_total: mem.errors_total, ..verdict(mem, now_ms, window) }
+    verdict(mem, now_ms, window)
 }
 
 /// The TPU's row of the accelerators' table.

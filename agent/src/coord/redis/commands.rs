@@ -134,7 +134,7 @@ impl Coordinator for RedisCoordinator {
             }
             Request::Del(keys) if keys.is_empty() => Reply::Ok,
             Request::Del(keys) => {
-                c.query::<()>(redis::cmd("DEL").arg(&keys)).await.map(|()| Reply::Ok)?
+                c.query(redis::cmd("DEL").arg(&keys)).await.map(|()| Reply::Ok)?
             }
             Request::OwnerTtl { key, token } => {
                 let left: i64 = c.script(&OWNER_TTL, &[&key], &[token]).await?;
@@ -167,7 +167,7 @@ impl Coordinator for RedisCoordinator {
             Request::Append { key, fields, max_len } => {
                 let mut xadd = redis::cmd("XADD");
                 xadd.arg(&key).arg("MAXLEN").arg(max_len).arg("*").arg(&fields);
-                c.query::<()>(&xadd).await.map(|()| Reply::Ok)?
+                c.query(&xadd).await.map(|()| Reply::Ok)?
             }
             Request::ReadRecent { key, count } => Reply::Entries(c.read_recent(&key, count).await?),
             Request::IndexMembers(key) => Reply::Members(c.index_members(&key).await?),
@@ -188,7 +188,7 @@ impl RedisCoordinator {
         }
         let raw: Vec<redis::Value> = self.script(&READ_WORKERS, &keys, &args).await?;
         let bad = |what: &str| CoordError::Command {
-            addr: self.describe(),
+            addr: self.addr.clone(),
             source: format!("the workers read answered {what}").into(),
         };
         let mut it = raw.into_iter();

@@ -4,10 +4,9 @@
 //! its skip (said in the trail; its pages go out here, through `super::pager`).
 
 use crate::alerts::{AlertKind, Resolve};
-use crate::clock::{human, ms, Millis, Stamp};
+use crate::clock::{human, ms, Stamp};
 use crate::config::LOCK_MARGIN;
-use crate::coord::lease::Lease;
-use crate::coord::CoordError;
+use crate::coord::Result;
 use crate::hang::marks;
 use crate::hang::model::{Marks, WorkerStatus};
 use crate::hang::policy::{self, Cancel};
@@ -17,7 +16,7 @@ use crate::trail::Code;
 use crate::vocab::workload::{Remediation, Stops};
 
 use super::pipeline::Pipeline;
-use super::{short, Act, GangOrder};
+use super::{short, GangOrder};
 
 impl Pipeline<'_> {
     /// Whether the worker is ours and the runtime's to restart: an `alert-only` worker's
@@ -25,15 +24,11 @@ impl Pipeline<'_> {
     ///
     /// What it leaves in `how`, when it passes: how the runtime restarts the worker, the way
     /// its pod's controllers restart it (`crate::vocab::workload`).
-    pub(super) async fn decide(
-        &mut self,
-        act: &Act<'_>,
-        now: Millis,
-        how: &mut Remediation,
-    ) -> Result<Seen, CoordError> {
+    pub(super) async fn decide(&mut self) -> Result<Seen> {
+        let act = self.act;
         if act.case.alert_only() {
             let detail = "alert only: its restarts belong to its owner (the `.restarts = alert-only` label or record field)".to_string();
-            return self.skip(now, act, Skip::AlertOnly, detail, true).await;
+            return self.skip(Skip::AlertOnly, detail, true).await;
         }
         // NB: not a gang member's: its restart is the gang's, and one member left out would
         // break the job's rendezvous (a gang's run is judged as the gang's).
@@ -43,31 +38,31 @@ impl Pipeline<'_> {
         if let (None, Some(run)) = (act.order, refusing) {
             // Restarts have not helped: paged once per incident, said in the trail once.
             let detail = policy_fruitless::describe(run, RunOf::Worker);
-            let alert = self.pager.act_alert(AlertKind::Fruitless, act, now, detail.clone());
-            self.pager.page_incident(act, "fruitless", alert, now).await?;
-            return self.skip(now, act, Skip::Fruitless, detail, true).await;
+            let alert = self.pager.act_alert(AlertKind::Fruitless, act, self.now, detail.clone());
+            self.pager.page_incident(act, "fruitless", alert, self.now).await?;
+            return self.skip(Skip::Fruitless, detail, true).await;
         }
         // NB: before the logs and the restart alert: a drained node (a cordon by a person, GKE's
         // auto-repair or an upgrade) is a standing condition, said once per incident; the wait
         // for the agent's first reads passes within seconds, said each time.
-        if let Some(sd) = self.watch.stand_down(act.case.c, now, &self.ctx.cfg.metadata) {
+        if let Some(sd) = self.watch.stand_down(act.case.c, self.now, &self.ctx.cfg.metadata) {
             let (detail, once) = match sd.passing() {
                 true => (format!("{sd}; not restarting yet"), false),
                 false => (format!("{sd}; not restarting while it is"), true),
             };
-            return self.skip(now, act, Skip::NodeState, detail, once).await;
+            return self.skip(Skip::NodeState, detail, once).await;
         }
         // NB: one pod: a gang's decision reserved room for every member's (`Stops::EveryPod`
         // at its members' entries), and those stopped before this one have spent theirs.
         let found = self.ctx.runtime.remediation(act.case.c, Stops::One).await;
-        if let Some(why) = self.refusal(act, &found) {
+        if let Some(why) = self.refusal(&found) {
             // Paged once per incident, said in the trail once.
             let detail = format!("{why}; not restarting, a person must decide");
-            let alert = self.pager.act_alert(AlertKind::NotRestartable, act, now, detail);
-            self.pager.page_incident(act, "not-restartable", alert, now).await?;
-            return self.skip(now, act, Skip::NotRestartable, why, true).await;
+            let alert = self.pager.act_alert(AlertKind::NotRestartable, act, self.now, detail);
+            self.pager.page_incident(act, "not-restartable", alert, self.now).await?;
+            return self.skip(Skip::NotRestartable, why, true).await;
         }
-        *how = found;
+        self.how = found;
         Ok(Seen::Pass)
     }
 
@@ -75,16 +70,16 @@ impl Pipeline<'_> {
     /// it, or their way is not this pass's — one member's stop restarts a whole gang, which
     /// only the gang's decision may choose (and a gang's decision, taken for one way, is not
     /// carried out another way: its controllers changed since).
-    fn refusal(&self, act: &Act<'_>, how: &Remediation) -> Option<String> {
+    fn refusal(&self, how: &Remediation) -> Option<String> {
         let one_for_all = matches!(how, Remediation::OneForAll { .. });
-        match (how, act.order) {
+        match (how, self.act.order) {
             (Remediation::Refuse(why), _) => Some(why.clone()),
             (_, Some(order)) if one_for_all != order.decision.only.is_some() => Some(format!(
                 "its controllers changed since gang {}'s decision (now: {}): the decision is not carried out another way",
                 order.gang,
                 how.how()
             )),
-            (_, None) if one_for_all && super::own_gang(act.case).is_some() => Some(format!(
+            (_, None) if one_for_all && self.act.case.gang().is_some() => Some(format!(
                 "restarting this member alone would restart its whole job ({})",
                 how.how()
             )),
@@ -92,18 +87,11 @@ impl Pipeline<'_> {
         }
     }
 
-    /// Write a skip to the trail (with `once`, the first time per incident only); answers it:
-    /// the pass ends.
-    pub(super) async fn skip(
-        &mut self,
-        at: Millis,
-        act: &Act<'_>,
-        skip: Skip,
-        detail: String,
-        once: bool,
-    ) -> Result<Seen, CoordError> {
-        let about = if once { act.about().once() } else { act.about() };
-        self.journal.note(at, about, skip.code(), detail).await.map(|()| Seen::Skip(skip))
+    /// Write a skip to the trail at the pass's clock (with `once`, the first time per incident
+    /// only); answers it: the pass ends.
+    pub(super) async fn skip(&mut self, skip: Skip, detail: String, once: bool) -> Result<Seen> {
+        let about = if once { self.act.about().once() } else { self.act.about() };
+        self.journal.note(self.now, about, skip.code(), detail).await.map(|()| Seen::Skip(skip))
     }
 
     /// The container's last lines, then the restart (or would-restart) page with them, once per
@@ -111,11 +99,8 @@ impl Pipeline<'_> {
     /// member's restart has no page of its own (the gang's `restarting` page went out with its
     /// decision). When collection fails there is no restart this cycle (and no budget is
     /// consumed): a `logs-failed` page and a skip.
-    pub(super) async fn logs_and_alert(
-        &mut self,
-        act: &Act<'_>,
-        now: Millis,
-    ) -> Result<Seen, CoordError> {
+    pub(super) async fn logs_and_alert(&mut self) -> Result<Seen> {
+        let act = self.act;
         let (d, c) = (&self.ctx.cfg.runtime, act.case.c);
         let call = tokio::time::timeout(d.log_timeout, self.ctx.runtime.logs(&c.id, d.log_lines));
         let why = match call.await {
@@ -126,9 +111,9 @@ impl Pipeline<'_> {
                     false => (AlertKind::Restarting, "restarting"),
                 };
                 let detail = format!("{verb} container {} ({})", c.name, short(&c.id));
-                let mut alert = self.pager.act_alert(kind, act, now, detail);
+                let mut alert = self.pager.act_alert(kind, act, self.now, detail);
                 alert.logs = Some(logs);
-                self.pager.page_incident(act, "restart", alert, now).await?;
+                self.pager.page_incident(act, "restart", alert, self.now).await?;
                 return Ok(Seen::Pass);
             }
             Ok(Err(e)) => e.to_string(),
@@ -136,21 +121,24 @@ impl Pipeline<'_> {
         };
         self.ctx.metrics.backends.runtime_error();
         let detail = format!("log collection failed ({why}); restart not attempted, retrying next cycle; breaker not consumed");
-        let alert =
-            self.pager.alert_for(AlertKind::LogsFailed, act.case, Some(act.since), now, detail);
-        self.pager.page_incident(act, "logs-failed", alert, now).await?;
+        let since = Some(act.since);
+        let alert = self.pager.alert_for(AlertKind::LogsFailed, act.case, since, self.now, detail);
+        self.pager.page_incident(act, "logs-failed", alert, self.now).await?;
         let detail = format!("log collection failed: {why}");
-        self.skip(now, act, Skip::LogsFailed, detail, false).await
+        self.skip(Skip::LogsFailed, detail, false).await
     }
 
     /// Revalidate at the last moment, from fresh data and a fresh clock; then the node's state
-    /// (shutdown, maintenance, GPU) and the incarnation. A skip ends the pass.
-    pub(super) async fn last_moment_checks(&mut self, act: &Act<'_>) -> Result<Seen, CoordError> {
+    /// (shutdown, maintenance, GPU) and the incarnation. A skip ends the pass. The fresh clock is
+    /// the pass's from here.
+    pub(super) async fn last_moment_checks(&mut self) -> Result<Seen> {
+        let act = self.act;
         let w = act.case.worker();
         // A fresh clock, record and marks, in one round trip.
         let fresh = marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, w).await?;
         let (status, _) = super::evaluate::status_of(self.ctx, w, &fresh);
         let (marks, now) = (marks::decode(&fresh.values).marks, fresh.now);
+        self.now = now;
         // NB: by the rule the restart was due under, from the coordinator's copy of the
         // worker's rhythm as this read returns it (the fixed rule when that copy is gone): a
         // gang member's, the rule its entry carries (the gang may have decided on it).
@@ -163,12 +151,12 @@ impl Pipeline<'_> {
             checked = self.order_stands(order, status.as_ref(), &marks).await?;
         }
         let (cancel, why) = match checked {
-            Ok(()) => return self.node_and_container_checks(act, now).await,
+            Ok(()) => return self.node_and_container_checks().await,
             Err(Cancel::RetryPending) => {
                 // NB: the incident stands (it is still hung): only this pass ends, and the
                 // retry alerts again with its logs (the pipeline releases the alert).
                 let why = "a restart of this incident failed after our decision (another instance's); the retry waits for its backoff".to_string();
-                return self.skip(now, act, Skip::RetryPending, why, false).await;
+                return self.skip(Skip::RetryPending, why, false).await;
             }
             Err(c @ Cancel::CooldownAppeared) => {
                 (c, "a cooldown marker appeared: another instance already restarted it")
@@ -182,7 +170,7 @@ impl Pipeline<'_> {
         let end =
             if cancel == Cancel::Recovered { Resolve::Recovered } else { Resolve::IncidentCleared };
         self.pager.resolve_alerts(w, end).await;
-        self.skip(now, act, Skip::Cancelled(cancel), why.into(), false).await
+        self.skip(Skip::Cancelled(cancel), why.into(), false).await
     }
 
     /// A gang member's restart against its gang's decision, read again: a closed or replaced
@@ -193,7 +181,7 @@ impl Pipeline<'_> {
         order: &GangOrder,
         status: Option<&WorkerStatus>,
         marks: &Marks,
-    ) -> Result<Result<(), Cancel>, CoordError> {
+    ) -> Result<Result<(), Cancel>> {
         let decided = order.decision.decided;
         if marks.restarted_at.is_some_and(|t| t >= decided) {
             return Ok(Err(Cancel::CooldownAppeared));
@@ -209,15 +197,11 @@ impl Pipeline<'_> {
 
     /// The node's state (shutdown, maintenance, GPU) and compare-and-restart: checked after
     /// revalidation, and again right before the command. A skip ends the pass.
-    pub(super) async fn node_and_container_checks(
-        &mut self,
-        act: &Act<'_>,
-        now: Millis,
-    ) -> Result<Seen, CoordError> {
-        let c = act.case.c;
-        if let Some(why) = self.watch.stand_down(c, now, &self.ctx.cfg.metadata) {
+    pub(super) async fn node_and_container_checks(&mut self) -> Result<Seen> {
+        let c = self.act.case.c;
+        if let Some(why) = self.watch.stand_down(c, self.now, &self.ctx.cfg.metadata) {
             let detail = format!("{why} between decision and command; not restarting");
-            return self.skip(now, act, Skip::NodeState, detail, false).await;
+            return self.skip(Skip::NodeState, detail, false).await;
         }
         // Compare-and-restart: the container is still the incarnation we decided on, and it is
         // running (a stopped or paused one is someone's decision).
@@ -241,22 +225,22 @@ impl Pipeline<'_> {
             ),
             _ => format!("container {id} is not the incarnation observed at decision time"),
         };
-        self.skip(now, act, skip, detail, false).await
+        self.skip(skip, detail, false).await
     }
 
     /// Observe mode: everything a real restart would do except the command and the restart
-    /// record.
-    pub(super) async fn observe_only(&mut self, act: &Act<'_>) -> Result<Seen, CoordError> {
-        let now = self.ctx.coord.time().await?;
-        let seen = self.blocked_by_caps(act, now, true).await?;
+    /// record, at the fresh clock `run_step` read for it (the pass's from here).
+    pub(super) async fn observe_only(&mut self) -> Result<Seen> {
+        let seen = self.blocked_by_caps(true).await?;
         if seen != Seen::Pass {
             return Ok(seen);
         }
         // Observe mode leaves the same "this is me" cooldown, so its timeline is the one a
         // real restart would produce; but no restart record, so it never pages an escalation
         // for a restart that did not happen.
+        let act = self.act;
         let (k, w) = (&self.ctx.keys, act.case.worker());
-        let marker = Stamp::new(now, &act.inc.id).to_string();
+        let marker = Stamp::new(self.now, &act.inc.id).to_string();
         self.ctx.coord.set(&k.cooldown(w), &marker, self.ctx.cfg.policy.cooldown).await?;
         self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
         self.pager.resolve_alerts(w, Resolve::IncidentCleared).await;
@@ -264,7 +248,7 @@ impl Pipeline<'_> {
         let c = act.case.c;
         let detail =
             format!("would restart container {} ({}) now; observe mode", c.name, short(&c.id));
-        self.journal.note(now, act.about(), Code::WouldRestart, detail).await?;
+        self.journal.note(self.now, act.about(), Code::WouldRestart, detail).await?;
         Ok(Seen::Pass)
     }
 
@@ -273,12 +257,8 @@ impl Pipeline<'_> {
     /// command: the booting container will look hung for a minute or more, and the detector
     /// must know that this is us. A skip: nothing will run (the pipeline gives the units
     /// back, and the claim when its write failed).
-    pub(super) async fn hold_lock_and_mark(
-        &mut self,
-        act: &Act<'_>,
-        lease: &Lease,
-        now: Millis,
-    ) -> Result<Seen, CoordError> {
+    pub(super) async fn hold_lock_and_mark(&mut self) -> Result<Seen> {
+        let Some(lease) = &self.lease else { return Ok(Seen::Skip(Skip::LockExpiring)) };
         let needed = self.ctx.cfg.runtime.restart_timeout + LOCK_MARGIN;
         let left = lease.left(self.ctx.coord.as_ref()).await?;
         if !crate::coord::lease::covers(left, needed) {
@@ -286,14 +266,14 @@ impl Pipeline<'_> {
                 Some(t) => format!("lock has {} left, {} needed", human(t), human(ms(needed))),
                 None => "lock lost (expired or taken over)".into(),
             };
-            return self.skip(now, act, Skip::LockExpiring, detail, false).await;
+            return self.skip(Skip::LockExpiring, detail, false).await;
         }
-        if self.write_restart_markers(act, now).await? {
+        if self.write_restart_markers().await? {
             return Ok(Seen::Pass);
         }
         // The claim failed: another instance's marker appeared after our revalidation.
         let skip = Skip::Cancelled(Cancel::CooldownAppeared);
         let detail = "another instance's cooldown marker appeared after revalidation (it restarted this worker past a lost lock); not restarting".to_string();
-        self.skip(now, act, skip, detail, false).await
+        self.skip(skip, detail, false).await
     }
 }

@@ -4,7 +4,8 @@
 
 use crate::alerts::{AlertKind, Resolve};
 use crate::clock::{human, ms, Millis};
-use crate::coord::{CoordError, Op};
+use crate::coord::{Op, Result};
+use crate::hang::context::Context;
 use crate::hang::marks::{self, MARK_TTL};
 use crate::hang::model::{Fruitless, Retry, WorkerStatus};
 use crate::hang::policy::Verdict;
@@ -16,8 +17,7 @@ use crate::runtime::RuntimeError;
 use crate::trail::Code;
 
 use super::pipeline::Pipeline;
-use super::{restart_failure, short, Act};
-use crate::vocab::workload::Remediation;
+use super::{restart_failure, short};
 
 /// Where a settled fruitless run's line goes: beats newer than it may show progress.
 #[derive(Clone, Copy)]
@@ -34,18 +34,14 @@ impl Pipeline<'_> {
     /// The restart call, bounded by `runtime.restart_timeout`: its answer, for `verify`.
     /// The way the controllers want it (`how`): a SIGKILL where a restart rule or a Job must
     /// see one, and where the controller makes the next pod, the pod failed and nothing awaited.
-    pub(super) async fn command(
-        &self,
-        act: &Act<'_>,
-        how: &Remediation,
-    ) -> Result<(), RuntimeError> {
+    pub(super) async fn command(&self) -> Result<(), RuntimeError> {
         let d = &self.ctx.cfg.runtime;
-        let (c, rt) = (act.case.c, &self.ctx.runtime);
-        let grace = if how.kills() { std::time::Duration::ZERO } else { d.stop_grace };
+        let (c, rt) = (self.act.case.c, &self.ctx.runtime);
+        let grace = if self.how.kills() { std::time::Duration::ZERO } else { d.stop_grace };
         let call = async {
-            match how.restarted_in_place() {
+            match self.how.restarted_in_place() {
                 true => rt.restart(c, grace).await,
-                false => rt.fail(c, grace, how.fails_pod()).await,
+                false => rt.fail(c, grace, self.how.fails_pod()).await,
             }
         };
         let timeout = d.restart_timeout;
@@ -58,19 +54,13 @@ impl Pipeline<'_> {
     /// Whether the command restarted the container (a new incarnation running: `Pass`, else
     /// `RestartFailed`), with what follows either way done: the cooldown and the trail, or the
     /// failure's page and backoff.
-    pub(super) async fn verify(
-        &mut self,
-        act: &Act<'_>,
-        call: Result<(), RuntimeError>,
-        how: &Remediation,
-        now: Millis,
-    ) -> Result<Seen, CoordError> {
+    pub(super) async fn verify(&mut self, call: Result<(), RuntimeError>) -> Result<Seen> {
         // NB: verify by the container's start time even when the call failed: a restart whose
         // reply was lost did happen, and treating it as failed would drop the cooldown and let
         // the next cycle restart the booting container again.
-        let c = act.case.c;
+        let c = self.act.case.c;
         let after = self.ctx.runtime.successor(c).await;
-        let restarted = match (&after, how.restarted_in_place()) {
+        let restarted = match (&after, self.how.restarted_in_place()) {
             (Ok(Some(a)), true) => a.running && (a.id != c.id || a.started_at != c.started_at),
             // Stopped for its controller: the hung incarnation no longer runs (gone, exited,
             // or already followed by the kubelet's next attempt); the next incarnation is the
@@ -81,30 +71,25 @@ impl Pipeline<'_> {
         };
         let done = self.ctx.coord.time().await.ok();
         if restarted {
-            let detail = self.restarted_detail(act, how, call, now, done.unwrap_or(now));
-            self.restarted(act, detail, now, done).await?;
+            let detail = self.restarted_detail(call, done.unwrap_or(self.now));
+            self.restarted(detail, done).await?;
             return Ok(Seen::Pass);
         }
         let why = restart_failure(call, after, c);
-        self.restart_failed(act, why, done.unwrap_or(now)).await?;
+        self.restart_failed(why, done.unwrap_or(self.now)).await?;
         Ok(Seen::RestartFailed)
     }
 
     /// A verified restart (`verified`: the store's clock after it, when it answered): the
     /// incident over, the time lost counted, the run settled, the cooldown, the trail's `detail`.
-    pub(super) async fn restarted(
-        &mut self,
-        act: &Act<'_>,
-        detail: String,
-        started: Millis,
-        verified: Option<Millis>,
-    ) -> Result<(), CoordError> {
+    async fn restarted(&mut self, detail: String, verified: Option<Millis>) -> Result<()> {
+        let act = self.act;
         // NB: the marker's time is the first instant a heartbeat can only be the new
         // incarnation's. Without the store's clock after the restart there is no such instant
         // (the decision's is before the old one was stopped): then none, and the worker boots
         // for the whole cooldown, as before booting could end early.
         let booted_after = verified.unwrap_or(Millis::MAX);
-        let done = verified.unwrap_or(started);
+        let done = verified.unwrap_or(self.now);
         let (k, w, c) = (&self.ctx.keys, act.case.worker(), act.case.c);
         self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
         self.pager.resolve_alerts(w, Resolve::IncidentCleared).await;
@@ -120,26 +105,20 @@ impl Pipeline<'_> {
         // and a marker whose write lost its reply leaves no later moment to settle the run in
         // (the simulation's seed 89191: a run settled after the marker was never settled, and
         // the new incarnation's beats short of the old one's last step ended it).
-        self.count_lost(act, started, verified).await?;
-        self.settle_run(act, verified.map_or(Line::Kept, Line::At)).await;
+        self.count_lost(verified).await?;
+        self.settle_run(verified.map_or(Line::Kept, Line::At)).await;
         self.ctx.coord.set(&k.cooldown(w), &marker, cooldown).await?;
         self.ctx.metrics.decisions.restart(act.case.v.as_str(), "restarted");
-        self.ctx.metrics.workers.restarted(w, started);
+        self.ctx.metrics.workers.restarted(w, self.now);
         self.journal.note(done, act.about(), Code::Restarted, detail).await
     }
 
     /// What the trail says of a verified restart: how long the hang and the restart took, the
     /// controllers' way (`how`), why a restart waited out the whole stop grace, and the call's
     /// error.
-    fn restarted_detail(
-        &self,
-        act: &Act<'_>,
-        how: &Remediation,
-        call: Result<(), RuntimeError>,
-        started: Millis,
-        done: Millis,
-    ) -> String {
-        let c = act.case.c;
+    fn restarted_detail(&self, call: Result<(), RuntimeError>, done: Millis) -> String {
+        let (c, how) = (self.act.case.c, &self.how);
+        let started = self.now;
         let verb = match how.fails_pod() {
             true => "failed (SIGKILL, exit 137) for its controller",
             false => "restarted",
@@ -148,7 +127,7 @@ impl Pipeline<'_> {
             "{verb} container {} ({}) after {}; the restart took {}; cooldown {}",
             c.name,
             short(&c.id),
-            human(started - act.since),
+            human(started - self.act.since),
             crate::clock::brief(std::time::Duration::from_millis((done - started).max(0) as u64)),
             humantime::format_duration(self.ctx.cfg.policy.cooldown)
         );
@@ -175,13 +154,9 @@ impl Pipeline<'_> {
     /// The time the incident lost up to the new incarnation: counted now (the cause's and the
     /// restart's), and kept for its first beat, which completes it (`end_booting`). Without the
     /// store's clock after the restart there is no such instant: nothing is counted.
-    async fn count_lost(
-        &self,
-        act: &Act<'_>,
-        command: Millis,
-        verified: Option<Millis>,
-    ) -> Result<(), CoordError> {
+    async fn count_lost(&self, verified: Option<Millis>) -> Result<()> {
         let Some(incarnation) = verified else { return Ok(()) };
+        let act = self.act;
         let key = self.ctx.keys.lost(act.case.worker());
         // NB: a restart after one whose incarnation never beat counts from where that one's
         // count ended (its verification), never again from the old incarnation's last beat.
@@ -191,7 +166,7 @@ impl Pipeline<'_> {
         let times = IncidentTimes {
             since: counted_to.map_or(act.since, |t| act.since.max(t)),
             verdict: act.inc.started,
-            command,
+            command: self.now,
             incarnation,
             incident: act.inc.id.clone(),
         };
@@ -199,7 +174,7 @@ impl Pipeline<'_> {
         let lost = &self.ctx.metrics.lost;
         // The cause the incident's time before the command is lost to.
         let cause = if act.case.v == Verdict::Errored { "error" } else { "hang" };
-        lost.add(cause, p.detection + p.decision, command);
+        lost.add(cause, p.detection + p.decision, self.now);
         lost.add("restart", p.restart, incarnation);
         let ttl = self.ctx.cfg.policy.cooldown * 2;
         self.ctx.coord.set(&key, &times.encode(), ttl).await
@@ -207,67 +182,19 @@ impl Pipeline<'_> {
 
     /// The restart seen done or failed, for the run of fruitless restarts it belongs to: the
     /// worker's own, or — a gang member's — the member's line in its gang's run.
-    async fn settle_run(&self, act: &Act<'_>, line: Line) {
-        let w = act.case.worker();
-        match act.order {
-            None => self.settle_fruitless(w, line, true).await,
-            Some(_) => self.settle_gang_line(w, line, Millis::MIN).await,
+    async fn settle_run(&self, line: Line) {
+        let w = self.act.case.worker();
+        match self.act.order {
+            None => settle_fruitless(self.ctx, w, line, true).await,
+            Some(_) => settle_gang_line(self.ctx, w, line, Millis::MIN).await,
         }
-    }
-
-    /// A gang member's line, where its restart was seen done or failed (`Keys::gang_line`): its
-    /// old incarnation may beat until the command runs, and a beat of it past the gang's step
-    /// ended the gang's run. Only a line drawn by the claim (at `claimed` or later: an older
-    /// restart's is left as it is) is moved. Best-effort: without it the claim's line stands
-    /// (only beats after the lock's end count).
-    pub(super) async fn settle_gang_line(&self, worker: &str, line: Line, claimed: Millis) {
-        let (Line::At(t) | Line::NotBefore(t)) = line else { return };
-        let key = self.ctx.keys.gang_line(worker);
-        let held = self.ctx.coord.get(&key).await.ok().flatten();
-        let held = held.map(|h| h.parse::<Millis>().unwrap_or(Millis::MIN));
-        let Some(held) = held.filter(|&h| h >= claimed) else { return };
-        let to = if matches!(line, Line::NotBefore(_)) { held.max(t) } else { t };
-        let _ = self.ctx.coord.set(&key, &to.to_string(), marks::FRUITLESS_TTL).await;
-    }
-
-    /// The fruitless run's restart, seen done or failed: progress past where the worker stopped
-    /// must come in a beat newer than the run's `line` (the old incarnation may have beaten
-    /// between the claim and the command), and with `take_past`, where it stopped is its
-    /// record's last position before then. Best-effort: without it the claim's mark stands
-    /// (only beats after the lock's end count).
-    pub(super) async fn settle_fruitless(&self, worker: &str, line: Line, take_past: bool) {
-        let key = self.ctx.keys.fruitless(worker);
-        let raw = self.ctx.coord.get(&key).await.ok().flatten();
-        let Some(mut run) = raw.and_then(|r| Fruitless::decode(&r)) else { return };
-        // The old incarnation's beats up to `upto` are where it stopped; newer ones than `last`
-        // may show progress.
-        let (upto, last) = match line {
-            Line::Kept => (None, run.last),
-            Line::At(t) => (Some(t), t),
-            Line::NotBefore(t) => (Some(t), run.last.max(t)),
-        };
-        // NB: without the record, the line's time alone still puts the old incarnation's
-        // beats (all before the command) behind it.
-        if take_past {
-            if let Ok(fields) = self.ctx.coord.hgetall(&self.ctx.keys.status(worker)).await {
-                let old = WorkerStatus::from_fields(&fields)
-                    .filter(|s| upto.is_none_or(|t| s.heartbeat.is_some_and(|hb| hb <= t)));
-                run.past = run.past.max(policy_fruitless::position(old.as_ref()));
-            }
-        }
-        run.last = last;
-        let _ = self.ctx.coord.set(&key, &run.encode(), marks::FRUITLESS_TTL).await;
     }
 
     /// A failed restart pages at once — the first of its incident; later ones update that
     /// page without paging again — and releases the dedup key and markers so that a later
     /// cycle retries, after a backoff from the stop grace (see [`policy_due::retry_backoff`]).
-    pub(super) async fn restart_failed(
-        &mut self,
-        act: &Act<'_>,
-        why: String,
-        done: Millis,
-    ) -> Result<(), CoordError> {
+    async fn restart_failed(&mut self, why: String, done: Millis) -> Result<()> {
+        let act = self.act;
         self.ctx.metrics.backends.runtime_error();
         self.ctx.metrics.decisions.restart(act.case.v.as_str(), "failed");
         let (k, w) = (self.ctx.keys.clone(), act.case.worker());
@@ -305,20 +232,21 @@ impl Pipeline<'_> {
         // reply lost, the check refused) may have run, or may run yet, and the old
         // incarnation's beats in the slow runtime's window would read as its progress (the
         // simulation's seed 171192: the run ended, and a fruitless restart went through).
-        self.settle_run(act, Line::NotBefore(done)).await;
+        self.settle_run(Line::NotBefore(done)).await;
         let why = format!("{why}; attempt {failures}, next not before {}", human(ms(wait)));
         self.journal.note(done, act.about(), Code::RestartFailed, why).await
     }
 
-    /// Release the claim `write_restart_markers` made at `now` for a restart that will not run:
-    /// our marker goes by compare-and-delete, never another instance's, and with it our restart
-    /// record and what the claim drew. After a failed write (a lost reply may hide that the
-    /// claim was made) a claim left in place would read as our own restart booting for a
-    /// cooldown and a lock TTL (the incident timer dropped), though no restart ran (simulation
+    /// Release the claim `write_restart_markers` made (at the pass's clock) for a restart that
+    /// will not run: our marker goes by compare-and-delete, never another instance's, and with
+    /// it our restart record and what the claim drew. After a failed write (a lost reply may hide
+    /// that the claim was made) a claim left in place would read as our own restart booting for
+    /// a cooldown and a lock TTL (the incident timer dropped), though no restart ran (simulation
     /// seed 9006434). Best-effort: if this fails too, the claim expires.
-    pub(super) async fn release_claim(&self, act: &Act<'_>, now: Millis) {
+    pub(super) async fn release_claim(&self) {
+        let act = self.act;
         let (k, w, m) = (&self.ctx.keys, act.case.worker(), act.case.marks);
-        let marker = marks::claim(now, &act.inc.id, act.case.c);
+        let marker = marks::claim(self.now, &act.inc.id, act.case.c);
         let Ok(true) = self.ctx.coord.del_if_owner(&k.cooldown(w), &marker).await else { return };
         let _ = self.ctx.coord.del(&[k.restarted(w)]).await;
         // A restart that did not run (or failed) gives back what its claim drew: the worker's
@@ -335,23 +263,24 @@ impl Pipeline<'_> {
         };
     }
 
-    /// The run of fruitless restarts as the claim at `now` leaves it. NB: counted at the claim,
-    /// like the restart record: a restart whose verification never comes (we die mid-command)
-    /// still counts, and one that does not run is given back.
-    fn claimed_run(&self, act: &Act<'_>, now: Millis) -> Op {
+    /// The run of fruitless restarts as the claim leaves it. NB: counted at the claim, like the
+    /// restart record: a restart whose verification never comes (we die mid-command) still
+    /// counts, and one that does not run is given back.
+    fn claimed_run(&self) -> Op {
+        let act = self.act;
         let (k, w) = (&self.ctx.keys, act.case.worker());
         // NB: a beat that counts as progress must be the new incarnation's; the old one may
         // beat until the command, which runs while the lock holds (the claim checked its TTL):
         // until its verification says better (`settle_run`), only later beats count — the
         // worker's own run's, or this member's in its gang's run (a gang's run is counted at its
         // decision, before any member's restart runs).
-        let line = now + ms(self.ctx.cfg.safety.lock_ttl);
+        let line = self.now + ms(self.ctx.cfg.safety.lock_ttl);
         let (key, value) = match act.order {
             None => {
                 let mut run = policy_fruitless::after_restart(
                     act.case.marks.fruitless.as_ref(),
                     Beat::of_worker(act.case.status).as_slice(),
-                    now,
+                    self.now,
                 );
                 run.last = line;
                 (k.fruitless(w), run.encode())
@@ -362,13 +291,10 @@ impl Pipeline<'_> {
     }
 
     /// Claim the restart with the cooldown marker and record it. `false`: the claim failed.
-    pub(super) async fn write_restart_markers(
-        &self,
-        act: &Act<'_>,
-        now: Millis,
-    ) -> Result<bool, CoordError> {
+    pub(super) async fn write_restart_markers(&self) -> Result<bool> {
+        let act = self.act;
         let (k, w) = (&self.ctx.keys, act.case.worker());
-        let marker = marks::claim(now, &act.inc.id, act.case.c);
+        let marker = marks::claim(self.now, &act.inc.id, act.case.c);
         // NB: a claim (SET NX), not a plain write. Revalidation saw no marker, so one here now
         // is another instance's restart that got past a lost lock (TTL expiry in a pause, a
         // failover that forgot it): the first claim wins, and at most one restart runs per
@@ -381,13 +307,57 @@ impl Pipeline<'_> {
         if !self.ctx.coord.set_nx(&k.cooldown(w), &marker, claim_ttl).await? {
             return Ok(false);
         }
-        let record = Op::Set { key: k.restarted(w), value: now.to_string(), ttl: MARK_TTL };
+        let record = Op::Set { key: k.restarted(w), value: self.now.to_string(), ttl: MARK_TTL };
         // NB: one round trip for both: the claim is followed by the command as closely as
         // before the fruitless run was counted.
-        self.ctx.coord.batch(&[record, self.claimed_run(act, now)]).await?;
+        self.ctx.coord.batch(&[record, self.claimed_run()]).await?;
         // The error timer must not survive our restart, or a record still saying `error` after
         // the cooldown would count as errored at once instead of after `error_for`.
         self.ctx.coord.del(&[k.escalated(w), k.error_since(w)]).await?;
         Ok(true)
     }
+}
+
+/// A gang member's line, where its restart was seen done or failed (`Keys::gang_line`): its
+/// old incarnation may beat until the command runs, and a beat of it past the gang's step
+/// ended the gang's run. Only a line drawn by the claim (at `claimed` or later: an older
+/// restart's is left as it is) is moved. Best-effort: without it the claim's line stands
+/// (only beats after the lock's end count).
+pub(super) async fn settle_gang_line(ctx: &Context, worker: &str, line: Line, claimed: Millis) {
+    let (Line::At(t) | Line::NotBefore(t)) = line else { return };
+    let key = ctx.keys.gang_line(worker);
+    let held = ctx.coord.get(&key).await.ok().flatten();
+    let held = held.map(|h| h.parse::<Millis>().unwrap_or(Millis::MIN));
+    let Some(held) = held.filter(|&h| h >= claimed) else { return };
+    let to = if matches!(line, Line::NotBefore(_)) { held.max(t) } else { t };
+    let _ = ctx.coord.set(&key, &to.to_string(), marks::FRUITLESS_TTL).await;
+}
+
+/// The fruitless run's restart, seen done or failed: progress past where the worker stopped
+/// must come in a beat newer than the run's `line` (the old incarnation may have beaten
+/// between the claim and the command), and with `take_past`, where it stopped is its
+/// record's last position before then. Best-effort: without it the claim's mark stands
+/// (only beats after the lock's end count).
+pub(super) async fn settle_fruitless(ctx: &Context, worker: &str, line: Line, take_past: bool) {
+    let key = ctx.keys.fruitless(worker);
+    let raw = ctx.coord.get(&key).await.ok().flatten();
+    let Some(mut run) = raw.and_then(|r| Fruitless::decode(&r)) else { return };
+    // The old incarnation's beats up to `upto` are where it stopped; newer ones than `last`
+    // may show progress.
+    let (upto, last) = match line {
+        Line::Kept => (None, run.last),
+        Line::At(t) => (Some(t), t),
+        Line::NotBefore(t) => (Some(t), run.last.max(t)),
+    };
+    // NB: without the record, the line's time alone still puts the old incarnation's
+    // beats (all before the command) behind it.
+    if take_past {
+        if let Ok(fields) = ctx.coord.hgetall(&ctx.keys.status(worker)).await {
+            let old = WorkerStatus::from_fields(&fields)
+                .filter(|s| upto.is_none_or(|t| s.heartbeat.is_some_and(|hb| hb <= t)));
+            run.past = run.past.max(policy_fruitless::position(old.as_ref()));
+        }
+    }
+    run.last = last;
+    let _ = ctx.coord.set(&key, &run.encode(), marks::FRUITLESS_TTL).await;
 }

@@ -6,7 +6,7 @@
 
 use crate::clock::{human, Millis};
 use crate::config::PolicyConfig;
-use crate::coord::{CoordError, WorkerRead};
+use crate::coord::{Result, WorkerRead};
 use crate::hang::context::Context;
 use crate::hang::journal::About;
 use crate::hang::marks::{self, MARK_TTL};
@@ -20,7 +20,7 @@ use crate::metrics::WorkerSample;
 use crate::runtime::container::Container;
 use crate::trail::Code;
 
-use super::{own_gang, Act, Case, RestartPath};
+use super::{Act, Case, RestartPath};
 
 /// The record of a read, or why it cannot be read.
 pub(super) fn status_of(
@@ -50,7 +50,7 @@ impl RestartPath<'_> {
         marker: &str,
         status: Option<&WorkerStatus>,
         now: Millis,
-    ) -> Result<bool, CoordError> {
+    ) -> Result<bool> {
         let after = marks::booted_after(marker);
         if !policy_record::booted(after, status) {
             return Ok(false);
@@ -78,7 +78,7 @@ impl RestartPath<'_> {
         incident: Option<&str>,
         beat: Millis,
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let key = self.ctx.keys.lost(&c.worker);
         let Some(raw) = self.ctx.coord.get(&key).await? else { return Ok(()) };
         // NB: compare-and-delete: of two instances that saw the first beat, one counts it. A
@@ -86,11 +86,8 @@ impl RestartPath<'_> {
         if !self.ctx.coord.del_if_owner(&key, &raw).await? {
             return Ok(());
         }
-        let Some(times) =
-            IncidentTimes::decode(&raw).filter(|t| Some(t.incident.as_str()) == incident)
-        else {
-            return Ok(());
-        };
+        let times = IncidentTimes::decode(&raw).filter(|t| Some(t.incident.as_str()) == incident);
+        let Some(times) = times else { return Ok(()) };
         let p = times.phases(beat);
         self.ctx.metrics.lost.add("restart", p.recovery, now);
         self.ctx.metrics.lost.recovered(p.total());
@@ -106,16 +103,16 @@ impl RestartPath<'_> {
     pub(crate) async fn evaluate(
         &mut self,
         c: &Container,
-        read: WorkerRead,
-    ) -> Result<Verdict, CoordError> {
+        mut read: WorkerRead,
+    ) -> Result<Verdict> {
         // A new incarnation changes the marks (its cooldown, dropped timers): read them again
         // (one more round trip, only then).
-        let seen = marks::decode(&read.values);
-        let tracked = self.track_incarnation(c, read.now, &seen).await?;
-        let read = match tracked {
-            true => marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, &c.worker).await?,
-            false => read,
-        };
+        let mut decoded = marks::decode(&read.values);
+        let tracked = self.track_incarnation(c, read.now, &decoded).await?;
+        if tracked {
+            read = marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, &c.worker).await?;
+            decoded = marks::decode(&read.values);
+        }
         let now = read.now;
         let (mut status, invalid) = status_of(self.ctx, &c.worker, &read);
         // NB: the pod's labels win over the record, and a record names only a gang of its own
@@ -123,7 +120,6 @@ impl RestartPath<'_> {
         if let Some(s) = status.as_mut() {
             s.gang = crate::hang::policy_membership::of_container(c, s.gang.as_ref()).gang;
         }
-        let mut decoded = if tracked { marks::decode(&read.values) } else { seen };
         // NB: only once the new incarnation is recorded (not in the cycle that records it).
         let booting = decoded.cooldown.as_deref().filter(|_| !tracked && decoded.marks.cooldown);
         if let Some(marker) = booting {
@@ -178,11 +174,11 @@ impl RestartPath<'_> {
         case: &Case<'_>,
         effects: Vec<Effect>,
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let own = self.member_entry(case, now).await;
-        if let (Some(g), false) = (&own_gang(case), effects.contains(&Effect::Gang)) {
+        if let (Some(g), false) = (case.gang(), effects.contains(&Effect::Gang)) {
             // Its member is fine: the gang alerts this agent sent for it are over.
-            self.pager().resolve_gang_alerts(g, Some(case.worker())).await;
+            self.pager().resolve_gang_alerts(&g.id, Some(case.worker())).await;
         }
         let mut incident = case.marks.incident.clone();
         for effect in effects {
@@ -214,7 +210,7 @@ impl RestartPath<'_> {
         case: &Case<'_>,
         incident: &Option<Incident>,
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let Some(inc) = incident else { return Ok(()) };
         // NB: a hang found by the worker's learned rhythm is restarted only once the fixed rule
         // finds it too, unless the rhythm the coordinator holds may restart it
@@ -228,7 +224,7 @@ impl RestartPath<'_> {
         }
         let since = policy_due::condition_since(case.v, inc.started, case.marks, case.status);
         let act = Act { case, inc, since, order: None };
-        self.pipeline().run(&act, now).await
+        self.pipeline(&act, now).run().await
     }
 
     /// One effect of the plan. `incident` is the shared timer as this cycle knows it (opened by
@@ -239,7 +235,7 @@ impl RestartPath<'_> {
         effect: Effect,
         incident: &mut Option<Incident>,
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let (k, w) = (self.ctx.keys.clone(), case.worker());
         match effect {
             Effect::RecordSuspect { heartbeat } => self.record_suspect(case, heartbeat, now).await,

@@ -8,7 +8,7 @@
 //! moment.
 
 use crate::clock::{human, ms, utc_day, Millis, Stamp};
-use crate::coord::CoordError;
+use crate::coord::Result;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::{Gang, Incident, WorkerState};
 use crate::hang::model_gang::{Activity, Decision, GangIncident, GangState, Member};
@@ -34,8 +34,8 @@ struct Here<'a> {
 impl RestartPath<'_> {
     /// This member's entry in its gang's view, as of this cycle (queued for the cycle's batch).
     pub(super) async fn member_entry(&mut self, case: &Case<'_>, now: Millis) -> Option<Member> {
-        let g = case.status?.gang.as_ref()?;
         let s = case.status?;
+        let g = s.gang.as_ref()?;
         let sd = self.watch.stand_down(case.c, now, &self.ctx.cfg.metadata);
         let (rule, troubled) = self.judge().member_standing(case, now);
         let (stand_down, one_for_all) = self.cannot_take_part(case, sd.as_ref(), troubled).await;
@@ -146,40 +146,40 @@ impl RestartPath<'_> {
         own: &Member,
         incident: &Option<Incident>,
         now: Millis,
-    ) -> Result<(), CoordError> {
-        let Some(g) = case.status.and_then(|s| s.gang.clone()) else { return Ok(()) };
+    ) -> Result<()> {
+        let Some(g) = case.gang() else { return Ok(()) };
         let cfg = &self.ctx.cfg;
         let t = Timing::of(cfg);
         let rules = Rules { action: cfg.gang.action, straggler: cfg.gang.straggler, timing: t };
-        let view = self.gangs.reads.read(self.ctx, &g, own, false).await?;
+        let view = self.gangs.reads.read(self.ctx, g, own, false).await?;
         if !view.full {
             // Another member's agent reads the gang this poll interval and decides; this one
             // carries out a standing decision for its own member.
             let standing = view.state.current_decision().cloned();
             if let Some(d) = standing.filter(|d| gp::executable(d, own, now, &t)) {
-                self.execute(case, &g, &view.state, d, now).await?;
+                self.execute(case, g, &view.state, d, now).await?;
             }
             return Ok(());
         }
         let mut state = view.state;
         let members = gp::present(&view.members, now, &t);
         if gp::incident_over(&state, &members, now, &t) {
-            self.close_gang_incident(case, &g, &state, now).await?;
+            self.close_gang_incident(case, g, &state, now).await?;
             state = GangState {
                 restarted: state.current_decision().map(|d| d.decided).or(state.restarted),
                 fruitless: state.fruitless.clone(),
                 ..GangState::default()
             };
-            self.gangs.reads.remember(&g, &state);
+            self.gangs.reads.remember(g, &state);
         }
         let verdict = gp::verdict(&members, now);
         if let (GangVerdict::Hung { first }, None) = (&verdict, &state.incident) {
-            state.incident = Some(self.open_gang_incident(case, &g, first, now).await?);
-            self.gangs.reads.remember(&g, &state);
+            state.incident = Some(self.open_gang_incident(case, g, first, now).await?);
+            self.gangs.reads.remember(g, &state);
         }
         let own = members.iter().find(|m| m.id() == own.id()).unwrap_or(own);
         for step in gp::plan(&verdict, &state, &members, own, now, &rules) {
-            let here = Here { g: &g, own, members: &members, incident };
+            let here = Here { g, own, members: &members, incident };
             self.gang_step_of_plan(case, &here, &mut state, step, now).await?;
         }
         Ok(())
@@ -193,7 +193,7 @@ impl RestartPath<'_> {
         state: &mut GangState,
         step: GangStep,
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let (g, own, members) = (here.g, here.own, here.members);
         match step {
             GangStep::PageHung => self.pager().page_gang_hung(g, state, members, now).await,
@@ -228,7 +228,7 @@ impl RestartPath<'_> {
         g: &Gang,
         first: &str,
         now: Millis,
-    ) -> Result<GangIncident, CoordError> {
+    ) -> Result<GangIncident> {
         let key = self.ctx.keys.gang_incident(&g.id);
         let id = format!("g{}", crate::coord::lease::Lease::random_token());
         let value = Stamp::new(now, &id).to_string();
@@ -251,7 +251,7 @@ impl RestartPath<'_> {
         g: &Gang,
         state: &GangState,
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let Some(inc) = &state.incident else { return Ok(()) };
         let k = &self.ctx.keys;
         if let (Some(d), false) = (state.current_decision(), self.ctx.cfg.dry_run) {
@@ -308,13 +308,13 @@ impl RestartPath<'_> {
         state: &GangState,
         d: Decision,
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let Some(inc) = &state.incident else { return Ok(()) };
         let errored = case.status.is_some_and(|s| s.state == WorkerState::Error);
         let member = Case { v: if errored { Verdict::Errored } else { Verdict::Hung }, ..*case };
         let order = GangOrder { gang: g.id.clone(), decision: d };
         let since = case.status.and_then(|s| s.heartbeat).unwrap_or(inc.started);
         let act = Act { case: &member, inc, since, order: Some(&order) };
-        self.pipeline().run(&act, now).await
+        self.pipeline(&act, now).run().await
     }
 }

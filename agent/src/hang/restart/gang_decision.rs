@@ -10,7 +10,7 @@
 use crate::clock::{utc_day, Millis};
 use crate::coord::caps::{Allowance, Breaker, Caps};
 use crate::coord::lease::Lease;
-use crate::coord::CoordError;
+use crate::coord::Result;
 use crate::hang::context::Context;
 use crate::hang::journal::Journal;
 use crate::hang::marks::{FRUITLESS_TTL, MARK_TTL};
@@ -60,10 +60,9 @@ struct GangPass {
     now: Millis,
     /// The fresh view, from `Revalidate` on.
     fresh: Option<Fresh>,
-    /// The decision that stands: ours from `Claim`, or another agent's found on the way.
-    decision: Option<Decision>,
-    /// A read that failed after the claim was lost: the pass's error once the units are back.
-    late: Option<CoordError>,
+    /// The decision that stands: ours from `Claim`, or another agent's found on the way; or the
+    /// read of it that failed after the claim was lost: the pass's error once the units are back.
+    decision: Result<Option<Decision>>,
 }
 
 /// The gang as `Revalidate` read it under the lock.
@@ -79,8 +78,8 @@ impl GangDecider<'_> {
     /// The gang's one decision: the steps of [`Unit::Gang`] in one loop, what a stop gives back
     /// given back, the gang's lock released whatever happened. `None`: no decision (another
     /// agent holds the lock, a blocker, a cap, the incident over).
-    pub(super) async fn decide(&mut self, now: Millis) -> Result<Option<Decision>, CoordError> {
-        let mut pass = GangPass { now, fresh: None, decision: None, late: None };
+    pub(super) async fn decide(&mut self, now: Millis) -> Result<Option<Decision>> {
+        let mut pass = GangPass { now, fresh: None, decision: Ok(None) };
         let mut lease = None;
         let mut step = first(Unit::Gang);
         let result = loop {
@@ -96,10 +95,9 @@ impl GangDecider<'_> {
                     if undo.refund_caps && !self.ctx.cfg.dry_run {
                         self.gang_caps().refund(pass.now).await;
                     }
-                    break match (ran, pass.late.take()) {
-                        (Ok(_), Some(e)) => Err(e),
-                        (ran, _) => ran.map(|_| pass.decision.take()),
-                    };
+                    // A step's own error first, then a failed read of the decision that
+                    // stands, then the decision.
+                    break ran.and(pass.decision);
                 }
             }
         };
@@ -111,7 +109,7 @@ impl GangDecider<'_> {
         result
     }
 
-    async fn take_gang_lock(&mut self, lease: &mut Option<Lease>) -> Result<Seen, CoordError> {
+    async fn take_gang_lock(&mut self, lease: &mut Option<Lease>) -> Result<Seen> {
         let key = self.ctx.keys.gang_lock(&self.g.id);
         let ttl = self.ctx.cfg.safety.lock_ttl;
         *lease = Lease::take(self.ctx.coord.as_ref(), key, Lease::random_token(), ttl).await?;
@@ -119,7 +117,7 @@ impl GangDecider<'_> {
     }
 
     /// One step of the decision after the lock.
-    async fn gang_step(&mut self, step: Step, pass: &mut GangPass) -> Result<Seen, CoordError> {
+    async fn gang_step(&mut self, step: Step, pass: &mut GangPass) -> Result<Seen> {
         if step == Step::Revalidate {
             return self.revalidate_gang(pass).await;
         }
@@ -134,21 +132,18 @@ impl GangDecider<'_> {
                 let only = gp::one_for_all(&f.members, now).map(|m| m.id());
                 let ours = Decision { decided: now, incident: f.inc.id.clone(), only };
                 if self.claimed(&ours).await? {
-                    pass.decision = Some(ours);
+                    pass.decision = Ok(Some(ours));
                     return Ok(Seen::Pass);
                 }
                 // NB: lost to another agent's decision: the units go back (the run keeps our
                 // count, see `count_gang_fruitless`), whether or not the one that stands can be
                 // read now.
-                match self.standing_decision().await {
-                    Ok(d) => pass.decision = d,
-                    Err(e) => pass.late = Some(e),
-                }
+                pass.decision = self.standing_decision().await;
                 Ok(Seen::Skip(Skip::Decided))
             }
             // The `restarting` page of the decision that stands (ours, from `Claim`).
             Step::Announce => {
-                if let Some(d) = &pass.decision {
+                if let Ok(Some(d)) = &pass.decision {
                     self.announce_decision((&f.inc, d), &f.members, now).await?;
                 }
                 Ok(Seen::Pass)
@@ -162,7 +157,7 @@ impl GangDecider<'_> {
     /// decision was planned on and not decided yet (another agent's decision is adopted), a
     /// stale decision of a closed incident removed, still hung, restarts so far that helped,
     /// every member able to take part. A refusal pages once.
-    async fn revalidate_gang(&mut self, pass: &mut GangPass) -> Result<Seen, CoordError> {
+    async fn revalidate_gang(&mut self, pass: &mut GangPass) -> Result<Seen> {
         let (g, t) = (self.g, Timing::of(&self.ctx.cfg));
         let fresh = self.reads.read(self.ctx, g, self.own, true).await?;
         let now = self.ctx.coord.time().await?.max(pass.now);
@@ -173,7 +168,7 @@ impl GangDecider<'_> {
             return Ok(Seen::Skip(Skip::Cancelled(Cancel::Recovered)));
         };
         if let Some(decided) = state.current_decision() {
-            pass.decision = Some(decided.clone());
+            pass.decision = Ok(Some(decided.clone()));
             return Ok(Seen::Skip(Skip::Decided));
         }
         if let Some(old) = state.decision.as_ref() {
@@ -210,7 +205,7 @@ impl GangDecider<'_> {
     /// out, so it is never taken back — the store has it. Not there (or another's): lost, the
     /// units go back. A read that fails too is the write's error: the units stay taken (fewer
     /// restarts, never more).
-    async fn claimed(&self, ours: &Decision) -> Result<bool, CoordError> {
+    async fn claimed(&self, ours: &Decision) -> Result<bool> {
         let dkey = self.ctx.keys.gang_decision(&self.g.id);
         match self.ctx.coord.set_nx(&dkey, &ours.encode(), MARK_TTL).await {
             Err(e) => {
@@ -221,7 +216,7 @@ impl GangDecider<'_> {
     }
 
     /// The decision that stands for the gang's open incident, as the store has it now.
-    async fn standing_decision(&self) -> Result<Option<Decision>, CoordError> {
+    async fn standing_decision(&self) -> Result<Option<Decision>> {
         let id = &self.g.id;
         let keys = [self.ctx.keys.gang_incident(id), self.ctx.keys.gang_decision(id)];
         let values = self.ctx.coord.get_many(&keys).await?;
@@ -241,11 +236,7 @@ impl GangDecider<'_> {
     /// given back when the budget refuses or does not answer: `Caps::take`). Refused: the
     /// decision is refused as blocked — its page sent and its trail entry written (`refuse`).
     /// Observe mode takes nothing.
-    async fn take_gang_caps_or_refuse(
-        &mut self,
-        f: &Fresh,
-        now: Millis,
-    ) -> Result<Seen, CoordError> {
+    async fn take_gang_caps_or_refuse(&mut self, f: &Fresh, now: Millis) -> Result<Seen> {
         if self.ctx.cfg.dry_run {
             return Ok(Seen::Pass);
         }
@@ -274,7 +265,7 @@ impl GangDecider<'_> {
     /// without the lock (its lease expired, a failover forgot it) and counted itself in the run
     /// we read: writing the old run back would erase its count. One too many refuses one
     /// restart early; one too few lets one more through.
-    async fn count_gang_fruitless(&mut self, f: &Fresh, now: Millis) -> Result<Seen, CoordError> {
+    async fn count_gang_fruitless(&mut self, f: &Fresh, now: Millis) -> Result<Seen> {
         if self.ctx.cfg.dry_run {
             return Ok(Seen::Pass);
         }

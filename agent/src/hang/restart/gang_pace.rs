@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use crate::alerts::{AlertKind, Resolve};
 use crate::clock::{human, ms, Millis};
 use crate::config::PaceConfig;
-use crate::coord::CoordError;
+use crate::coord::Result;
 use crate::hang::context::Context;
 use crate::hang::gang_marks;
 use crate::hang::marks::MARK_TTL;
@@ -93,15 +93,10 @@ fn look_at(case: &Case<'_>, own: &Member, cfg: &PaceConfig, now: Millis) -> Opti
 impl PaceWatch<'_> {
     /// This gang member's pace, measured and exported (with the time a slow run loses); the
     /// gang's slow episode opened, or — by its opener — ended.
-    pub(super) async fn look(
-        &mut self,
-        case: &Case<'_>,
-        own: &Member,
-        now: Millis,
-    ) -> Result<(), CoordError> {
+    pub(super) async fn look(&mut self, case: &Case<'_>, own: &Member, now: Millis) -> Result<()> {
         let cfg = self.ctx.cfg.gang.pace.clone();
         // NB: pace off (a reload may turn it off) or no gang: nothing of an episode is its.
-        let Some(g) = case.status.and_then(|s| s.gang.clone()).filter(|_| cfg.enabled) else {
+        let Some(g) = case.gang().filter(|_| cfg.enabled) else {
             self.pace.forget_episode();
             self.ctx.metrics.pace.forget(&case.c.worker);
             return Ok(());
@@ -116,12 +111,12 @@ impl PaceWatch<'_> {
         self.ctx.metrics.lost.add("slow", self.pace.deficit(verdict, now), now);
         match verdict {
             PaceVerdict::Slow { since, rate, baseline } => {
-                self.slow_began(&g, own, (since, rate, baseline), now).await
+                self.slow_began(g, own, (since, rate, baseline), now).await
             }
             PaceVerdict::Recovered { rate, baseline } => {
-                self.slow_ended(&g, rate, baseline, now).await
+                self.slow_ended(g, rate, baseline, now).await
             }
-            _ => self.at_pace(&g, own, now).await,
+            _ => self.at_pace(g, own, now).await,
         }
     }
 
@@ -129,7 +124,7 @@ impl PaceWatch<'_> {
     /// is resolved. NB: a hold, a missing heartbeat or a window between the slow and the
     /// recovery line is no end: while the episode still names this worker, it still does (read
     /// once a cycle), until its member is back at its pace or the episode ends.
-    async fn at_pace(&mut self, g: &Gang, own: &Member, now: Millis) -> Result<(), CoordError> {
+    async fn at_pace(&mut self, g: &Gang, own: &Member, now: Millis) -> Result<()> {
         self.pace.episode_seen = false;
         self.pace.heard = false;
         if !self.slow.contains_key(&g.id) && self.pace.named.is_none() {
@@ -150,7 +145,7 @@ impl PaceWatch<'_> {
         own: &Member,
         (since, rate, baseline): (Millis, f64, f64),
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let key = self.ctx.keys.gang_slow(&g.id);
         let lease = lease(&self.ctx.cfg.gang.pace);
         // NB: asked again once half the lease passed: an episode whose opener is gone lapses,
@@ -202,7 +197,7 @@ impl PaceWatch<'_> {
         own: &Member,
         (since, rate, baseline): (Millis, f64, f64),
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let key = self.ctx.keys.gang_slow(&g.id);
         let mut view =
             gang_marks::read_view(self.ctx.coord.as_ref(), &self.ctx.keys, &g.id, g.size).await?;
@@ -255,7 +250,7 @@ impl PaceWatch<'_> {
         (value, at): (&str, &Member),
         (since, rate, baseline): (Millis, f64, f64),
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let (worker, node) = (&at.worker, &at.node);
         let who = match why_of(value) {
             Some(why) => format!("the member it waits for is {worker} on node {node}: {why}"),
@@ -276,13 +271,7 @@ impl PaceWatch<'_> {
     /// Its member back at its pace: named no more, and asked again at its next slow run. The
     /// opener ends the episode (compare-and-delete, then the quiet mark for `slow_for`), resolves
     /// the alert it sent, says `slow-over` once.
-    async fn slow_ended(
-        &mut self,
-        g: &Gang,
-        rate: f64,
-        baseline: f64,
-        now: Millis,
-    ) -> Result<(), CoordError> {
+    async fn slow_ended(&mut self, g: &Gang, rate: f64, baseline: f64, now: Millis) -> Result<()> {
         self.pace.episode_seen = false;
         self.pace.named = None;
         let Some(SlowOpened { value, node, worker, paged, .. }) = self.slow.get(&g.id).cloned()

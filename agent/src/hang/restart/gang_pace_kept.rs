@@ -7,7 +7,7 @@
 //! episode back instead of leaving it to lapse.
 
 use crate::clock::{ms, Millis};
-use crate::coord::CoordError;
+use crate::coord::Result;
 use crate::hang::model::Gang;
 use crate::hang::model_gang::{member_id, Member, PaceKept, SlowOpened};
 use crate::hang::model_slow::{lease, opened_of, opener_of, placed_at, rates_of, settled};
@@ -59,7 +59,7 @@ impl PaceWatch<'_> {
         own: &str,
         jsu: Option<&str>,
         now: Millis,
-    ) -> Result<Option<PaceKept>, CoordError> {
+    ) -> Result<Option<PaceKept>> {
         let node = self.ctx.keys.node();
         let key = self.ctx.keys.gang_members(&g.id, gp::shard_of(node, gp::shards(g.size)));
         let entry = self.ctx.coord.hget(&key, own).await?;
@@ -75,12 +75,7 @@ impl PaceWatch<'_> {
     /// lease renewed, its end said here, its page sent if it never was). One only half opened
     /// (not yet named, so never paged) is removed: the member still slow opens it again, and
     /// pages.
-    pub(super) async fn take_back(
-        &mut self,
-        g: &Gang,
-        own: &str,
-        now: Millis,
-    ) -> Result<(), CoordError> {
+    pub(super) async fn take_back(&mut self, g: &Gang, own: &str, now: Millis) -> Result<()> {
         let key = self.ctx.keys.gang_slow(&g.id);
         let ours = |v: &String| opener_of(v) == Some(own) && !self.slow.contains_key(&g.id);
         let Some(value) = self.ctx.coord.get(&key).await?.filter(ours) else { return Ok(()) };
@@ -109,7 +104,7 @@ impl PaceWatch<'_> {
         held: Option<&str>,
         slow: bool,
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let Some(o) = self.slow.get(&g.id).cloned() else { return Ok(()) };
         if held != Some(o.value.as_str()) {
             self.slow.remove(&g.id);

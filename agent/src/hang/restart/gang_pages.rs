@@ -7,7 +7,7 @@
 use crate::alerts::AlertKind;
 use crate::clock::{human, Millis};
 use crate::config::{GangAction, StragglerAction};
-use crate::coord::CoordError;
+use crate::coord::Result;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::Gang;
 use crate::hang::model_gang::{Decision, GangIncident, GangState, Member};
@@ -26,7 +26,7 @@ impl RestartPath<'_> {
         g: &Gang,
         own: &Member,
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let since = own.heartbeat.unwrap_or(0).to_string();
         let key = self.ctx.keys.gang_alert(&g.id, &format!("{}-{since}", own.id()), "straggler");
         let what = match self.ctx.cfg.gang.straggler {
@@ -54,7 +54,7 @@ impl GangDecider<'_> {
         (inc, d): (&GangIncident, &Decision),
         members: &[Member],
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let (g, first) = (self.g, gp::first_stopped(members, now));
         let (kind, verb) = match self.ctx.cfg.dry_run {
             true => (AlertKind::WouldRestart, "would restart"),
@@ -112,7 +112,7 @@ impl GangDecider<'_> {
         members: &[Member],
         (skip, detail): (Skip, String),
         now: Millis,
-    ) -> Result<Seen, CoordError> {
+    ) -> Result<Seen> {
         // The page's kind, and its de-duplication kind (`P:gang:{G}:alert:<incident>:<dedup>`).
         let (kind, dedup) = match skip {
             Skip::Fruitless => (AlertKind::Fruitless, "fruitless"),
@@ -136,7 +136,7 @@ impl Pager<'_> {
         state: &GangState,
         members: &[Member],
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let Some(inc) = &state.incident else { return Ok(()) };
         let first = gp::first_stopped(members, now);
         let mut detail = describe_hang(g, members, first, now);
@@ -164,7 +164,7 @@ impl Pager<'_> {
         members: &[Member],
         restarted: Millis,
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let key = self.ctx.keys.gang_alert(&g.id, &restarted.to_string(), "escalation");
         let first = gp::first_stopped(members, now);
         let detail = format!(

@@ -3,7 +3,7 @@
 //! state, and every member's entry only by the gang's reader for the poll interval or for a
 //! decision (read apart, fresh); the other members on this node read the cycle's copy.
 
-use crate::coord::CoordError;
+use crate::coord::Result;
 use crate::hang::context::Context;
 use crate::hang::model::Gang;
 use crate::hang::model_gang::{GangReads, GangState, Member, View};
@@ -29,7 +29,7 @@ impl GangReads {
         g: &Gang,
         own: &Member,
         fresh: bool,
-    ) -> Result<View, CoordError> {
+    ) -> Result<View> {
         if let Some(mut v) = self.views.get(&g.id).filter(|_| !fresh).cloned() {
             with_own(&mut v.members, own);
             return Ok(v);

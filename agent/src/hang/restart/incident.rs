@@ -5,7 +5,7 @@
 use crate::alerts::Resolve;
 use crate::clock::{human, ms, Millis, Stamp};
 use crate::coord::lease::Lease;
-use crate::coord::CoordError;
+use crate::coord::Result;
 use crate::hang::journal::About;
 use crate::hang::marks::{self, MARK_TTL};
 use crate::hang::model::{Episode, Incident};
@@ -14,6 +14,7 @@ use crate::hang::policy_due;
 use crate::runtime::container::Container;
 use crate::trail::Code;
 
+use super::command::{settle_fruitless, settle_gang_line, Line};
 use super::{short, Case, RestartPath};
 
 impl RestartPath<'_> {
@@ -22,7 +23,7 @@ impl RestartPath<'_> {
         case: &Case<'_>,
         hb: Millis,
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let key = self.ctx.keys.suspect(case.worker());
         self.ctx.coord.set(&key, &Stamp::new(hb, now.to_string()).to_string(), MARK_TTL).await?;
         let detail = format!("heartbeat {} old; waiting for a second observation", human(now - hb));
@@ -34,7 +35,7 @@ impl RestartPath<'_> {
         case: &Case<'_>,
         end: TimerEnd,
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         self.ctx.coord.del(&[self.ctx.keys.incident(case.worker())]).await?;
         let why = match end {
             TimerEnd::Booting => "cooldown marker present: this is our own restart booting",
@@ -52,11 +53,7 @@ impl RestartPath<'_> {
         self.journal.note(now, about, code, why.to_string()).await
     }
 
-    pub(super) async fn forget_restart(
-        &mut self,
-        case: &Case<'_>,
-        now: Millis,
-    ) -> Result<(), CoordError> {
+    pub(super) async fn forget_restart(&mut self, case: &Case<'_>, now: Millis) -> Result<()> {
         let w = case.worker();
         self.ctx.coord.del(&[self.ctx.keys.restarted(w), self.ctx.keys.escalated(w)]).await?;
         self.pager().resolve_alerts(w, Resolve::Recovered).await;
@@ -69,7 +66,7 @@ impl RestartPath<'_> {
         case: &Case<'_>,
         e: Episode,
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         self.ctx.coord.del(&[self.ctx.keys.episode(case.worker(), e.as_str())]).await?;
         let kind = super::pages::episode_kind(e);
         self.pager().resolve_alerts(case.worker(), Resolve::Episode(kind)).await;
@@ -82,7 +79,7 @@ impl RestartPath<'_> {
         &mut self,
         case: &Case<'_>,
         now: Millis,
-    ) -> Result<Option<Incident>, CoordError> {
+    ) -> Result<Option<Incident>> {
         let key = self.ctx.keys.incident(case.worker());
         let id = format!("{now:x}-{}", &Lease::random_token()[..6]);
         let won =
@@ -108,7 +105,7 @@ impl RestartPath<'_> {
         c: &Container,
         now: Millis,
         read: &marks::Decoded,
-    ) -> Result<bool, CoordError> {
+    ) -> Result<bool> {
         let marks::Decoded { incarnation: prev, cooldown: cooling, locked, .. } = read;
         let w = c.worker.as_str();
         let seen = marks::incarnation(c);
@@ -144,10 +141,10 @@ impl RestartPath<'_> {
         if let Some(claim) = claim {
             // Our restart, finished by whoever sees it: its fruitless run counts from here (a
             // worker's own, or its line in its gang's: whichever the claim drew).
-            let line = super::command::Line::At(now);
-            self.pipeline().settle_fruitless(w, line, false).await;
+            let line = Line::At(now);
+            settle_fruitless(self.ctx, w, line, false).await;
             let at = Stamp::parse(claim).map_or(Millis::MAX, |s| s.at);
-            self.pipeline().settle_gang_line(w, line, at).await;
+            settle_gang_line(self.ctx, w, line, at).await;
         }
         self.note_new_incarnation(c, now, claim).await?;
         Ok(true)
@@ -156,7 +153,7 @@ impl RestartPath<'_> {
     /// Anyone else's restart (an operator's, Docker's restart policy, kubelet's) gets a full
     /// cooldown from its own start, even one that lands inside our cooldown, and the previous
     /// incarnation's timers and alerts go.
-    async fn cool_down_external(&mut self, w: &str, now: Millis) -> Result<(), CoordError> {
+    async fn cool_down_external(&mut self, w: &str, now: Millis) -> Result<()> {
         let k = &self.ctx.keys;
         let marker = format!("{now}{}", marks::EXTERNAL);
         self.ctx.coord.set(&k.cooldown(w), &marker, self.ctx.cfg.policy.cooldown).await?;
@@ -172,7 +169,7 @@ impl RestartPath<'_> {
         c: &Container,
         now: Millis,
         claim: Option<&str>,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let cooldown = humantime::format_duration(self.ctx.cfg.policy.cooldown);
         let about = About::worker(&c.worker, Verdict::Booting);
         let Some(claim) = claim else {

@@ -2,33 +2,29 @@
 //! (taken through `crate::coord::caps`), and the alerts and trail entries when one refuses.
 
 use crate::alerts::AlertKind;
-use crate::clock::{utc_day, Millis};
+use crate::clock::utc_day;
 use crate::coord::caps::{fleet_window, Allowance, Caps, BREAKER_TTL};
-use crate::coord::CoordError;
+use crate::coord::Result;
 use crate::hang::policy_pipeline::{Seen, Unit};
 
 use super::pipeline::Pipeline;
-use super::{Act, Skip};
+use super::Skip;
 
 impl Pipeline<'_> {
     /// The caps a pass takes: the node's breaker and the fleet budget — for a gang member's
     /// restart the breaker only (the gang took the fleet unit for all its members).
-    pub(super) fn caps<'s>(&'s self, act: &'s Act<'_>) -> Caps<'s> {
+    pub(super) fn caps(&self) -> Caps<'_> {
         Caps {
-            fleet: act.order.is_none(),
+            fleet: self.act.order.is_none(),
             ..Caps::node(self.ctx.coord.as_ref(), &self.ctx.keys, &self.ctx.cfg.safety)
         }
     }
 
     /// The breaker, then the fleet budget (`crate::coord::caps::Caps::take`: both units or
     /// none). With `peek` (or in observe mode) only reads them.
-    pub(super) async fn blocked_by_caps(
-        &mut self,
-        act: &Act<'_>,
-        now: Millis,
-        peek: bool,
-    ) -> Result<Seen, CoordError> {
-        let caps = self.caps(act);
+    pub(super) async fn blocked_by_caps(&mut self, peek: bool) -> Result<Seen> {
+        let now = self.now;
+        let caps = self.caps();
         let said = match peek || self.ctx.cfg.dry_run {
             true => caps.look(now).await?,
             false => caps.take(now).await?,
@@ -55,8 +51,8 @@ impl Pipeline<'_> {
                 (AlertKind::BudgetExhausted, Skip::BudgetExhausted, page, key, window * 2, detail)
             }
         };
-        let alert = self.pager.alert_for(kind, act.case, None, now, page);
+        let alert = self.pager.alert_for(kind, self.act.case, None, now, page);
         self.pager.page_once(&key, ttl, alert, Unit::Worker, now).await?;
-        self.skip(now, act, skip, detail, true).await
+        self.skip(skip, detail, true).await
     }
 }

@@ -23,7 +23,7 @@
 //!
 //! | object | what it does | what it takes |
 //! |---|---|---|
-//! | `pipeline::Pipeline` | one pass of the restart pipeline for a worker's incident (`before_command`, `limits`, `command`) | context, pager, trail, node watch, `Judge` |
+//! | `pipeline::Pipeline` | one pass of the restart pipeline for a worker's incident (`before_command`, `limits`, `command`) | the incident (`Act`), context, pager, trail, node watch, `Judge` |
 //! | `gang_decision::GangDecider` | a gang's one decision | context, pager, trail, gang reads |
 //! | `gang_pace::PaceWatch` | a gang member's pace, its slow episode | context, pager, the member's pace, the episodes it opened |
 //! | `pager::Pager` | every page's one way out | context, alert gate, the gang alerts sent |
@@ -59,7 +59,7 @@ use crate::alerts::gate::AlertGate;
 use crate::clock::Millis;
 use crate::hang::context::Context;
 use crate::hang::journal::{About, Journal};
-use crate::hang::model::{Incident, Marks, WorkerStatus};
+use crate::hang::model::{Gang, Incident, Marks, WorkerStatus};
 use crate::hang::policy::{NodeContext, Verdict};
 use crate::hang::policy_life::Claim;
 use crate::hang::policy_pipeline::Skip;
@@ -116,6 +116,10 @@ impl Case<'_> {
     fn alert_only(&self) -> bool {
         self.c.alert_only || self.status.is_some_and(|s| s.alert_only)
     }
+    /// Its gang, when it is a member of one.
+    fn gang(&self) -> Option<&Gang> {
+        self.status?.gang.as_ref()
+    }
 }
 
 /// An incident the restart path acts on.
@@ -145,11 +149,6 @@ impl Act<'_> {
     fn about(&self) -> About<'_> {
         self.case.about().incident(&self.inc.id)
     }
-}
-
-/// The gang of the worker under evaluation, when it is a member of one.
-fn own_gang(case: &Case<'_>) -> Option<String> {
-    case.status?.gang.as_ref().map(|g| g.id.clone())
 }
 
 /// What was observed of a restart that did not leave a running new incarnation: the call's

@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::alerts::gate::{AlertGate, Owed};
 use crate::alerts::{Alert, AlertKind, Resolve};
 use crate::clock::{human, Millis};
-use crate::coord::CoordError;
+use crate::coord::Result;
 use crate::hang::context::Context;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::Gang;
@@ -52,7 +52,7 @@ impl<'a> Pager<'a> {
         alert: Alert,
         at: Unit,
         now: Millis,
-    ) -> Result<bool, CoordError> {
+    ) -> Result<bool> {
         let lease = self.ctx.cfg.safety.lock_ttl;
         let claimed = self.alerts.claim(self.ctx.coord.as_ref(), key, now, ttl, lease).await;
         if !claimed? {
@@ -71,7 +71,7 @@ impl<'a> Pager<'a> {
         tag: &str,
         alert: Alert,
         now: Millis,
-    ) -> Result<bool, CoordError> {
+    ) -> Result<bool> {
         let key = self.ctx.keys.alert_dedup(&act.inc.id, tag);
         self.page_once(&key, MARK_TTL, alert, Unit::Worker, now).await
     }
@@ -86,7 +86,7 @@ impl<'a> Pager<'a> {
         alert: Alert,
         stands: (String, String),
         now: Millis,
-    ) -> Result<bool, CoordError> {
+    ) -> Result<bool> {
         let sent = self.page_once(key, MARK_TTL, alert.clone(), Unit::Gang, now).await;
         if sent.is_err() {
             self.remember(Unit::Gang, &alert);
@@ -151,7 +151,7 @@ impl<'a> Pager<'a> {
         a.container = Some(case.c.display());
         a.verdict = Some(case.v.as_str());
         a.job = case.status.and_then(|s| s.job.clone());
-        if let Some(g) = case.status.and_then(|s| s.gang.as_ref()) {
+        if let Some(g) = case.gang() {
             a.gang = Some(g.id.clone());
             a.gang_size = g.size;
         }

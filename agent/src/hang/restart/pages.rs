@@ -7,7 +7,7 @@
 
 use crate::alerts::AlertKind;
 use crate::clock::{human, ms, Millis};
-use crate::coord::CoordError;
+use crate::coord::Result;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::{Episode, Incident};
 use crate::hang::policy::Verdict;
@@ -58,7 +58,7 @@ impl RestartPath<'_> {
         case: &Case<'_>,
         inc: &Incident,
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let kind = if case.v == Verdict::Errored { AlertKind::Errored } else { AlertKind::Hung };
         let wait = policy_due::restart_wait(case.v, &self.ctx.cfg.policy);
         let since = policy_due::condition_since(case.v, inc.started, case.marks, case.status);
@@ -91,7 +91,7 @@ impl RestartPath<'_> {
         case: &Case<'_>,
         e: Episode,
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         let kind = episode_kind(e);
         let since = case.marks.progress.as_ref().map(|(_, t)| *t);
         let since = since.filter(|_| e == Episode::Stalled);
@@ -105,11 +105,7 @@ impl RestartPath<'_> {
     }
 
     /// Still broken `escalate_after` past our restart: a person is paged, once.
-    pub(super) async fn escalate(
-        &mut self,
-        case: &Case<'_>,
-        now: Millis,
-    ) -> Result<(), CoordError> {
+    pub(super) async fn escalate(&mut self, case: &Case<'_>, now: Millis) -> Result<()> {
         let restarted = case.marks.restarted_at.unwrap_or(now);
         let detail = format!(
             "still broken {} after our restart; the restart did not fix it, a person is needed",

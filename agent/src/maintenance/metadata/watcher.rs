@@ -112,7 +112,7 @@ async fn first_answer(ctx: &Ctx) -> Option<Answer> {
         }
         let pause_for =
             if attempt < attempts { cfg.unavailable_retry.0 } else { probe.next_delay() };
-        pause(&ctx.shutdown, pause_for).await?;
+        ctx.shutdown.run_until_cancelled(tokio::time::sleep(pause_for)).await?;
     }
 }
 
@@ -216,30 +216,27 @@ async fn key_loop(ctx: &Ctx, key: Key, mut pending: Option<Answer>) -> Option<()
             Some(r) => r,
             None => ctx.shutdown.run_until_cancelled(ctx.client.get(key.path(), wait)).await?,
         };
-        let res = nothing_scheduled(key, res);
+        // NB: `blind` sees the raw answer, `upcoming-maintenance`'s "nothing scheduled" 404
+        // included: fine only because it ignores every key but `maintenance-event`.
         blind(ctx, key, &res);
         let delay = match res {
             Ok(fetched) => state.on_read(ctx, fetched, started),
+            Err(e) if nothing_scheduled(key, &e) => {
+                state.on_read(ctx, Fetched { value: String::new(), etag: None }, started)
+            }
             Err(e) => state.on_error(ctx, &e),
         };
         if !delay.is_zero() {
-            pause(&ctx.shutdown, delay).await?;
+            ctx.shutdown.run_until_cancelled(tokio::time::sleep(delay)).await?;
         }
     }
 }
 
-/// `upcoming-maintenance` says "nothing scheduled" with a 404 or a 503 "no notifications": both
-/// read as an empty value.
-fn nothing_scheduled(key: Key, res: Answer) -> Answer {
-    match res {
-        Err(e)
-            if key == Key::UpcomingMaintenance
-                && (e.is_no_notifications_yet() || matches!(e, MetadataError::NotFound { .. })) =>
-        {
-            Ok(Fetched { value: String::new(), etag: None })
-        }
-        other => other,
-    }
+/// Whether `e` is how `upcoming-maintenance` says "nothing scheduled" (a 404, or a 503 "no
+/// notifications"): it reads as an empty value.
+fn nothing_scheduled(key: Key, e: &MetadataError) -> bool {
+    key == Key::UpcomingMaintenance
+        && (e.is_no_notifications_yet() || matches!(e, MetadataError::NotFound { .. }))
 }
 
 impl KeyState {
@@ -294,8 +291,8 @@ impl KeyState {
                 tracing::warn!(key = key.as_str(), "{e}");
                 // NB: adopt the new ETag, or the next long-poll would return the same bad
                 // value at once, forever. The previous good value stays published.
-                if fetched.etag.is_some() {
-                    self.etag = fetched.etag;
+                if let Some(t) = fetched.etag {
+                    self.etag = Some(t);
                 }
                 self.backoff.next_delay()
             }
@@ -380,11 +377,6 @@ fn blind(ctx: &Ctx, key: Key, res: &Answer) {
 /// Consecutive 503s retried after [`WatchConfig::unavailable_retry`] before the backoff applies
 /// (about 2-5 s of them with the defaults: well past a maintenance blip).
 const UNAVAILABLE_FAST: u32 = 10;
-
-/// Sleep unless shutdown fires first; `None` when it did.
-async fn pause(shutdown: &CancellationToken, d: Duration) -> Option<()> {
-    shutdown.run_until_cancelled(tokio::time::sleep(d)).await
-}
 
 /// A random duration in `[lo, hi]` (the quick retries of a maintenance-time 503).
 fn jitter(lo: Duration, hi: Duration) -> Duration {

@@ -42,10 +42,10 @@ pub(super) enum WaitEnded {
 }
 
 /// Whether the metadata source's start-up read is over: its watcher is off (the channel
-/// closed), or it says so (`RawMetadata::settled`). A state, not a change: a value that came
-/// before the controller looked is as read as one that comes after.
-fn metadata_read(rx: &watch::Receiver<RawMetadata>) -> bool {
-    rx.has_changed().is_err() || rx.borrow().settled
+/// closed, or none is left), or it says so (`RawMetadata::settled`). A state, not a change: a
+/// value that came before the controller looked is as read as one that comes after.
+fn metadata_read(rx: Option<&watch::Receiver<RawMetadata>>) -> bool {
+    rx.is_none_or(|r| r.has_changed().is_err() || r.borrow().settled)
 }
 
 /// Whether the Node was read: there is no Node source (or it closed), or it holds a Node.
@@ -61,12 +61,12 @@ impl FirstReads {
     }
 
     /// Tell the restart path (`facts`) what it still waits for at `now`, from what the metadata
-    /// channel and the Node source hold, and say once how the wait ended (nothing to look at
-    /// once the wait is over).
+    /// channel (`None`: it closed) and the Node source hold, and say once how the wait ended
+    /// (nothing to look at once the wait is over).
     pub(super) fn observe(
         &mut self,
         facts: &SharedFacts,
-        rx: &watch::Receiver<RawMetadata>,
+        rx: Option<&watch::Receiver<RawMetadata>>,
         node_rx: Option<&NodeInfoRx>,
         now: Instant,
     ) {
@@ -161,7 +161,7 @@ mod tests {
         let (_watcher, rx) =
             watch::channel(RawMetadata { settled: true, ..RawMetadata::default() });
         let (_source, node_rx) = crate::node::info::channel();
-        r.observe(&facts, &rx, Some(&node_rx), t0);
+        r.observe(&facts, Some(&rx), Some(&node_rx), t0);
         let f = facts.read().unwrap().clone();
         let u = f.unread.expect("the Node is awaited");
         assert!(u.what.starts_with("the Node"));
@@ -175,14 +175,14 @@ mod tests {
     #[test]
     fn the_metadata_is_read_when_settled_or_off() {
         let (tx, rx) = watch::channel(RawMetadata::default());
-        assert!(!metadata_read(&rx));
+        assert!(!metadata_read(Some(&rx)));
         tx.send_modify(|r| r.preempted = Some(false));
-        assert!(!metadata_read(&rx), "one key answered, not all");
+        assert!(!metadata_read(Some(&rx)), "one key answered, not all");
         tx.send_modify(|r| r.settled = true);
-        assert!(metadata_read(&rx));
+        assert!(metadata_read(Some(&rx)));
         let (tx, rx) = watch::channel(RawMetadata::default());
         drop(tx);
-        assert!(metadata_read(&rx), "no watcher");
+        assert!(metadata_read(Some(&rx)), "no watcher");
         let (tx, rx) = crate::node::info::channel();
         assert!(!node_read(Some(&rx)));
         assert!(node_read(None));

@@ -8,37 +8,13 @@ use crate::accel::gpu::policy_node::hung_line;
 use crate::accel::model::Health;
 use crate::accel::policy::event_for;
 use crate::accel::tpu::model::TpuReport;
-use crate::accel::tracker::{HealthTracker, Tracked};
+use crate::accel::tracker::{Change, Tracked};
 use crate::alerts::Alert;
 use crate::config::XidAction;
 use crate::trail::Code;
 use crate::vocab::node::EventType;
 
 use super::Controller;
-
-/// Where the controller keeps each kind: its tracker and its place in the Node's view.
-pub(crate) trait Shown: Tracked {
-    fn tracker(c: &mut Controller) -> &mut HealthTracker<Self>;
-    fn show(&self, c: &mut Controller);
-}
-
-impl Shown for GpuReport {
-    fn tracker(c: &mut Controller) -> &mut HealthTracker<Self> {
-        &mut c.gpu
-    }
-    fn show(&self, c: &mut Controller) {
-        c.node.view.gpu = self.clone();
-    }
-}
-
-impl Shown for TpuReport {
-    fn tracker(c: &mut Controller) -> &mut HealthTracker<Self> {
-        &mut c.tpu
-    }
-    fn show(&self, c: &mut Controller) {
-        c.node.view.tpu = Some(self.clone());
-    }
-}
 
 impl Controller {
     /// A new GPU report: the failures it clears go in the trail, then it is applied.
@@ -51,7 +27,18 @@ impl Controller {
         if report.state == GpuMonitorState::NvmlHung && !was_hung {
             self.node.event("VigilGpuNvmlHung", &hung_line(&report), EventType::Warning).await;
         }
-        self.show_health(report).await;
+        let Some(change) = self.gpu.fold(report, &self.metrics) else { return };
+        let r = self.gpu.report().clone();
+        self.node.view.gpu = r.clone();
+        self.show_health(r, change).await;
+    }
+
+    /// A new TPU report, folded into its tracker (metrics always) and shown when it changed.
+    pub(super) async fn apply_tpu(&mut self, report: TpuReport) {
+        let Some(change) = self.tpu.fold(report, &self.metrics) else { return };
+        let r = self.tpu.report().clone();
+        self.node.view.tpu = Some(r.clone());
+        self.show_health(r, change).await;
     }
 
     /// One Event per XID episode that began (`VigilGpuXid`), not per event: a GPU repeating an
@@ -64,13 +51,10 @@ impl Controller {
         }
     }
 
-    /// A new report of any kind: metrics always; the Node, the trail, an Event and (on failure)
-    /// an alert when the kind's health, its headline facts or its reasons change.
-    pub(crate) async fn show_health<A: Shown>(&mut self, report: A) {
-        let metrics = self.metrics.clone();
-        let Some(change) = A::tracker(self).fold(report, &metrics) else { return };
-        let r = A::tracker(self).report().clone();
-        r.show(self);
+    /// A report of any kind whose health, headline facts or reasons changed (`change`, from its
+    /// tracker), `r` now in the Node's view: the Node, the trail, an Event and (on failure) an
+    /// alert.
+    async fn show_health<A: Tracked>(&mut self, r: A, change: Change) {
         if r.noted(change.prev) {
             self.note(A::TRAIL, change.detail.clone()).await;
         }

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::config::OnSigterm;
 use crate::maintenance::checkpoint::trail_line;
 use crate::maintenance::request::{Outcome, WorkerResult};
@@ -45,7 +47,7 @@ impl Controller {
     /// A finished round: the trail per worker, the Node's last-checkpoint annotation, an Event.
     async fn record_round(&mut self, reason: &str, results: &[WorkerResult]) {
         let now = self.now().await;
-        self.last_round_ended = Some(tokio::time::Instant::now());
+        self.last_round_ended = Some(Instant::now());
         self.lose_to_round(now);
         let summary = self.rounds.finish(reason, results, now);
         for r in results {
@@ -65,11 +67,10 @@ impl Controller {
     /// over [`RECORD_RESERVE`] before the grace period ends, so its outcome is always recorded:
     /// a round still waiting then is cut short and recorded as such.
     pub(super) async fn on_sigterm(&mut self, rounds: &mut Rounds) {
-        let c = &self.cfg.checkpoint;
-        let (grace, on_sigterm, sigterm_budget) = (c.grace, c.on_sigterm, c.sigterm_budget);
-        let record_by = tokio::time::Instant::now() + grace.saturating_sub(RECORD_RESERVE);
+        let on_sigterm = self.cfg.checkpoint.on_sigterm;
+        let record_by = Instant::now() + self.cfg.checkpoint.grace.saturating_sub(RECORD_RESERVE);
         if !rounds.is_empty() {
-            return self.finish_round(rounds, grace, record_by).await;
+            return self.finish_round(rounds, record_by).await;
         }
         let recent = self.last_round_ended.is_some_and(|t| t.elapsed() < RECENT_ROUND);
         let why = match on_sigterm {
@@ -82,10 +83,11 @@ impl Controller {
         };
         match why {
             Some(why) if !recent => {
-                let left = record_by.saturating_duration_since(tokio::time::Instant::now());
+                let left = record_by.saturating_duration_since(Instant::now());
+                let budget = self.cfg.checkpoint.sigterm_budget.min(left);
                 self.note(Code::AgentStopping, format!("asking the workers to checkpoint: {why}"))
                     .await;
-                self.checkpoint("agent-sigterm", sigterm_budget.min(left)).await;
+                self.checkpoint("agent-sigterm", budget).await;
             }
             _ => {
                 let detail = format!(
@@ -99,12 +101,7 @@ impl Controller {
 
     /// SIGTERM during a round: it is the checkpoint. Wait for it until `record_by`, then record
     /// it as cut short.
-    async fn finish_round(
-        &mut self,
-        rounds: &mut Rounds,
-        grace: Duration,
-        record_by: tokio::time::Instant,
-    ) {
+    async fn finish_round(&mut self, rounds: &mut Rounds, record_by: Instant) {
         loop {
             match tokio::time::timeout_at(record_by, rounds.join_next()).await {
                 Ok(Some(done)) => self.round_done(done).await,
@@ -114,6 +111,7 @@ impl Controller {
         }
         rounds.abort_all();
         tracing::error!("the checkpoint round under way did not finish before the grace period: recording it as cut short");
+        let grace = self.cfg.checkpoint.grace;
         let cut = WorkerResult {
             worker: "*".into(),
             method: "none",
@@ -124,7 +122,6 @@ impl Controller {
                 RECORD_RESERVE.as_secs(),
                 humantime::format_duration(grace)
             ),
-            gang: None,
         };
         self.record_round("sigterm-cut-short", &[cut]).await;
     }

@@ -18,14 +18,11 @@ impl Controller {
         let changed = rx.has_changed().unwrap_or(false);
         if changed {
             let named = rx.borrow_and_update().clone();
-            let new: Vec<String> = named
-                .iter()
-                .filter(|(g, _)| !self.node.view.slow.contains_key(*g))
-                .map(|(_, n)| n.line.clone())
-                .collect();
-            self.node.view.slow = named;
-            for message in new {
-                self.node.event("VigilSlow", &message, EventType::Warning).await;
+            let before = std::mem::replace(&mut self.node.view.slow, named);
+            for (g, n) in &self.node.view.slow {
+                if !before.contains_key(g) {
+                    self.node.event("VigilSlow", &n.line, EventType::Warning).await;
+                }
             }
         }
         let pace = &self.cfg.gang.pace;
