@@ -155,6 +155,7 @@ fn not_asked(worker: String, waited: Duration, detail: String) -> WorkerResult {
 }
 
 #[cfg(test)]
+#[cfg(feature = "demo")] // NB: the fake runtime is the demo's (`crate::runtime::sim`).
 mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
