@@ -50,32 +50,23 @@ pub(crate) fn split_urls(text: &str) -> Vec<String> {
 
 /// Each URL of a comma-separated list ([`split_urls`]), as [`url`].
 pub(crate) fn urls(text: &str) -> String {
-    split_urls(text)
-        .iter()
-        .map(|p| {
-            let lead = &p[..p.len() - p.trim_start().len()];
-            format!("{lead}{}", url(p.trim_start()))
-        })
-        .collect::<Vec<_>>()
-        .join(",")
+    let shown = split_urls(text).into_iter().map(|p| {
+        let lead = &p[..p.len() - p.trim_start().len()];
+        format!("{lead}{}", url(p.trim_start()))
+    });
+    shown.collect::<Vec<_>>().join(",")
 }
 
 /// `scheme://` and the rest; no scheme: `""` and all of it.
 fn split_scheme(text: &str) -> (&str, &str) {
-    match text.find("://") {
-        Some(i) => text.split_at(i + 3),
-        None => ("", text),
-    }
+    text.find("://").map_or(("", text), |i| text.split_at(i + 3))
 }
 
 /// The userinfo (before the last `@`) and what follows it. The last `@`, wherever it is: a
 /// password with a raw `/`, `?` or `@` is hidden whole; an `@` in a path or query hides more
 /// than needed, never less.
 fn split_userinfo(rest: &str) -> (Option<&str>, &str) {
-    match rest.rfind('@') {
-        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
-        None => (None, rest),
-    }
+    rest.rfind('@').map_or((None, rest), |at| (Some(&rest[..at]), &rest[at + 1..]))
 }
 
 /// `user:password` → `user:***`; anything else (a bare user or token, or a userinfo that is not
@@ -89,15 +80,12 @@ fn mask_userinfo(userinfo: &str) -> String {
 
 /// `a=1&b=2&flag` → `a=***&b=***&***`: the names kept, every value hidden.
 fn mask_query(query: &str) -> String {
-    query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some((name, _)) => format!("{name}={MASK}"),
-            None if pair.is_empty() => String::new(),
-            None => MASK.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join("&")
+    let masked = query.split('&').map(|pair| match pair.split_once('=') {
+        Some((name, _)) => format!("{name}={MASK}"),
+        None if pair.is_empty() => String::new(),
+        None => MASK.to_string(),
+    });
+    masked.collect::<Vec<_>>().join("&")
 }
 
 /// How a [`Secret`] is shown.

@@ -23,8 +23,7 @@ pub(crate) mod tracker;
 #[allow(clippy::disallowed_types)]
 pub fn clock_ms() -> i64 {
     static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    let epoch = *EPOCH.get_or_init(std::time::Instant::now);
-    epoch.elapsed().as_millis().min(i64::MAX as u128) as i64
+    EPOCH.get_or_init(std::time::Instant::now).elapsed().as_millis().min(i64::MAX as u128) as i64
 }
 
 /// The names in `dir` (those that are not UTF-8 left out).

@@ -10,11 +10,10 @@ use crate::vocab::node::{
 };
 
 /// A kind's names on the Node and in its Events (label, annotation and taint after the label
-/// prefix).
+/// prefix): the reasons annotation is the label's name with `-reasons`.
 #[derive(Debug)]
 pub struct Names {
     pub(crate) label: &'static str,
-    pub(crate) reasons_annotation: &'static str,
     pub(crate) taint: &'static str,
     pub(crate) condition: &'static str,
     /// The Event reason of a change to healthy, degraded and failed.
@@ -70,7 +69,7 @@ pub fn desired<A: Accelerator>(k: &KubernetesConfig, report: &A, taint: bool, d:
     d.labels.insert(format!("{p}{}", n.label), on.then(|| report.health().as_str().to_string()));
     let reasons = truncate(&report.reasons().join("; "), 1000);
     let reasons = (on && !reasons.is_empty()).then_some(reasons);
-    d.annotations.insert(format!("{p}{}", n.reasons_annotation), reasons);
+    d.annotations.insert(format!("{p}{}-reasons", n.label), reasons);
     // NB: a failure outlives a monitor that stopped answering (a wedged NVML): the taint stays.
     let failed = taint && report.failures_known() && report.health() == Health::Failed;
     no_schedule_taint(d, format!("{p}{}", n.taint), failed);

@@ -55,8 +55,7 @@ impl<A: Tracked> HealthTracker<A> {
     /// The first report, taken as what the Node shows (no change to announce at start-up).
     pub(crate) fn seed(&mut self, report: A, metrics: &Metrics) {
         report.record(metrics, &mut self.seen);
-        self.report = report;
-        self.seeded = true;
+        (self.report, self.seeded) = (report, true);
     }
 
     /// The report the Node shows.

@@ -100,7 +100,8 @@ impl AlertmanagerSink {
     /// with the sink (it needs a Tokio runtime; without one nothing is re-posted); that task
     /// posts through a copy of the endpoint made here.
     pub fn new(url: &str, timeout: Duration, attempts: u32, repost: Duration) -> Self {
-        let to = Endpoint::new("alertmanager", url, timeout, attempts.max(1)).under(ALERTS_PATH);
+        let target = format!("{}{ALERTS_PATH}", url.trim_end_matches('/'));
+        let to = Endpoint::new("alertmanager", url, &target, timeout, attempts.max(1));
         let open = Arc::new(OpenAlerts::default());
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(repost_loop(to.clone(), Arc::downgrade(&open), repost));
@@ -135,10 +136,6 @@ async fn repost_loop(to: Endpoint, open: Weak<OpenAlerts>, every: Duration) {
     }
 }
 
-fn key(alert: &Alert) -> String {
-    serde_json::to_string(&labels(alert)).unwrap_or_default()
-}
-
 #[async_trait]
 impl AlertSink for AlertmanagerSink {
     async fn send(&self, alert: &Alert) -> Result<(), AlertError> {
@@ -149,7 +146,7 @@ impl AlertSink for AlertmanagerSink {
             let poisoned = |_| self.to.error(0, "alert state poisoned by a panic".into());
             let mut open = self.open.lock().map_err(poisoned)?;
             let entry = open
-                .entry(key(alert))
+                .entry(serde_json::to_string(&labels(alert)).unwrap_or_default())
                 .or_insert_with(|| Open { alert: alert.clone(), starts_at: now });
             entry.alert = alert.clone();
             entry.starts_at
@@ -181,17 +178,14 @@ impl AlertSink for AlertmanagerSink {
             return;
         }
         let now = SystemTime::now();
-        let body: Vec<Value> =
-            ended.values().map(|o| payload(&o.alert, o.starts_at, Some(now))).collect();
+        let body = ended.values().map(|o| payload(&o.alert, o.starts_at, Some(now))).collect();
         // NB: in the background: the engine resolves from inside the restart path, under the
-        // node lock, whose TTL is sized for one alert's delivery, not for this one too.
-        let (to, worker) = (self.to.clone(), worker.to_string());
-        super::in_background(async move {
-            if let Err(e) = to.post(&body).await {
-                tracing::error!(error = %e, worker, "resolving alerts in Alertmanager failed; they expire after its resolve_timeout");
-            }
-        })
-        .await;
+        // node lock, whose TTL is sized for one alert's delivery, not for this one too. One
+        // post: the body is the array of the ended alerts.
+        let failed: fn(&AlertError, &str) = |e, worker| {
+            tracing::error!(error = %e, worker, "resolving alerts in Alertmanager failed; they expire after its resolve_timeout");
+        };
+        self.to.post_later(vec![Value::Array(body)], worker, failed).await;
     }
 }
 

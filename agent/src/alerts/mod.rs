@@ -8,9 +8,11 @@
 //! the first for its incident. A sink only delivers.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::metrics::Metrics;
 use crate::redact::{Secret, Webhook};
@@ -230,7 +232,7 @@ struct Endpoint {
     sink: &'static str,
     /// Shown, redacted, in errors.
     url: Secret<Webhook>,
-    /// Posted to: the URL, or a path under it (`under`).
+    /// Posted to (`new`'s `target`): the URL, or an API's path under it (Alertmanager's).
     target: Secret<Webhook>,
     http: reqwest::Client,
     headers: reqwest::header::HeaderMap,
@@ -238,19 +240,13 @@ struct Endpoint {
 }
 
 impl Endpoint {
-    /// Posts to `url` itself, every request bounded by `timeout` (with the default client when
-    /// the builder fails).
-    fn new(sink: &'static str, url: &str, timeout: std::time::Duration, attempts: u32) -> Self {
+    /// Posts to `target` (`url` itself, or an API's path under it), every request bounded by
+    /// `timeout` (with the default client when the builder fails).
+    fn new(sink: &'static str, url: &str, target: &str, timeout: Duration, attempts: u32) -> Self {
         let http = reqwest::Client::builder().timeout(timeout).build();
         let http = http.unwrap_or_else(|_| reqwest::Client::new());
-        let url: Secret<Webhook> = Secret::new(url);
-        Endpoint { sink, target: url.clone(), url, http, headers: Default::default(), attempts }
-    }
-
-    /// Posts go to `path` under the URL (an API's), not to the URL itself.
-    fn under(mut self, path: &str) -> Self {
-        self.target = Secret::new(format!("{}{path}", self.url.expose().trim_end_matches('/')));
-        self
+        let (url, target) = (Secret::new(url), Secret::new(target));
+        Endpoint { sink, url, target, http, headers: Default::default(), attempts }
     }
 
     /// The sink's failure after `attempts`, naming its URL redacted.
@@ -277,12 +273,23 @@ impl Endpoint {
         }
         Err(self.error(self.attempts, last))
     }
-}
 
-/// Resolves' posts: spawned where there is a runtime, else awaited here.
-async fn in_background(post: impl std::future::Future<Output = ()> + Send + 'static) {
-    let Ok(rt) = tokio::runtime::Handle::try_current() else { return post.await };
-    drop(rt.spawn(post));
+    /// POST each of `bodies` in the background where there is a runtime, else here; a failure
+    /// is logged by `failed`, with `worker` (written in the sink's module: its log target). For
+    /// resolves: the engine resolves under the node lock, whose TTL is sized for one alert's
+    /// delivery.
+    async fn post_later(&self, bodies: Vec<Value>, worker: &str, failed: fn(&AlertError, &str)) {
+        let (to, worker) = (self.clone(), worker.to_string());
+        let post = async move {
+            for body in bodies {
+                if let Err(e) = to.post(&body).await {
+                    failed(&e, &worker);
+                }
+            }
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return post.await };
+        drop(rt.spawn(post));
+    }
 }
 
 /// Which of a worker's alerts a condition's end resolves.
@@ -368,9 +375,8 @@ impl Notifier {
 
     /// `worker`'s condition ended: sinks that keep alerts open resolve the ones it covers.
     pub(crate) async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
-        if let Some(sink) = &self.sink {
-            sink.resolve(node, worker, end).await;
-        }
+        let Some(sink) = &self.sink else { return };
+        sink.resolve(node, worker, end).await;
     }
 
     /// The workers on `node` now (this cycle's roster): the open alerts of any other worker

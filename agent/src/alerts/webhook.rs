@@ -33,7 +33,7 @@ type OpenEvents = BTreeMap<(String, String), Vec<(AlertKind, String)>>;
 impl WebhookSink {
     pub fn new(url: &str, mention: &str, timeout: Duration, attempts: u32) -> Self {
         WebhookSink {
-            to: Endpoint::new("webhook", url, timeout, attempts),
+            to: Endpoint::new("webhook", url, url, timeout, attempts),
             mention: mention.to_string(),
             format: WebhookFormat::Slack,
             routing_key: Secret::default(),
@@ -63,14 +63,6 @@ impl WebhookSink {
         }
         self
     }
-
-    fn body(&self, alert: &Alert) -> serde_json::Value {
-        match self.format {
-            WebhookFormat::Slack => alert.webhook_body(&self.mention),
-            WebhookFormat::Json => json_body(alert),
-            WebhookFormat::Pagerduty => pagerduty_trigger(alert, self.routing_key.expose()),
-        }
-    }
 }
 
 #[async_trait]
@@ -85,7 +77,12 @@ impl AlertSink for WebhookSink {
                 }
             }
         }
-        self.to.post(&self.body(alert)).await
+        let body = match self.format {
+            WebhookFormat::Slack => alert.webhook_body(&self.mention),
+            WebhookFormat::Json => json_body(alert),
+            WebhookFormat::Pagerduty => pagerduty_trigger(alert, self.routing_key.expose()),
+        };
+        self.to.post(&body).await
     }
 
     fn open_workers(&self, node: &str) -> Vec<String> {
@@ -103,9 +100,7 @@ impl AlertSink for WebhookSink {
             let Ok(mut open) = self.open.lock() else { return };
             let id = (node.to_string(), worker.to_string());
             let Some(events) = open.get_mut(&id) else { return };
-            let (ended, kept): (Vec<_>, Vec<_>) =
-                events.drain(..).partition(|(k, _)| end.covers(*k));
-            *events = kept;
+            let ended: Vec<_> = events.extract_if(.., |(k, _)| end.covers(*k)).collect();
             let keys = ended.into_iter().map(|(_, d)| d);
             let keys = keys.filter(|d| !events.iter().any(|(_, k)| k == d)).collect();
             if events.is_empty() {
@@ -113,18 +108,11 @@ impl AlertSink for WebhookSink {
             }
             keys
         };
-        // NB: in the background, as Alertmanager's resolves: the engine resolves under the
-        // node lock, whose TTL is sized for one alert's delivery.
-        let (to, worker) = (self.to.clone(), worker.to_string());
-        let bodies: Vec<_> =
-            keys.iter().map(|k| pagerduty_resolve(k, self.routing_key.expose())).collect();
-        super::in_background(async move {
-            for body in bodies {
-                if let Err(e) = to.post(&body).await {
-                    tracing::error!(error = %e, worker, "resolving the PagerDuty incident failed");
-                }
-            }
-        })
-        .await;
+        // NB: in the background (`Endpoint::post_later`), as Alertmanager's resolves.
+        let bodies = keys.iter().map(|k| pagerduty_resolve(k, self.routing_key.expose())).collect();
+        let failed: fn(&AlertError, &str) = |e, worker| {
+            tracing::error!(error = %e, worker, "resolving the PagerDuty incident failed");
+        };
+        self.to.post_later(bodies, worker, failed).await;
     }
 }

@@ -46,17 +46,14 @@ use signals::{install_signals, Signals};
 const DRILL_EXPORT_EVERY: Duration = Duration::from_secs(60);
 
 fn init_logging(cfg: &Config) {
-    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::{fmt, EnvFilter};
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&cfg.log.level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
     // NB: colour only for a person at a terminal; a log file or a journal gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr);
+    let builder = fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr);
     let _ = if cfg.log.format == LogFormat::Json {
         builder.json().flatten_event(true).try_init()
     } else {
@@ -106,10 +103,8 @@ async fn connected<T, E: std::fmt::Display>(
 
 async fn node_api(cfg: &Config) -> Option<Arc<dyn NodeApi>> {
     if !cfg.kubernetes_on() {
-        tracing::info!(
-            "not in a Kubernetes cluster (kubernetes.enabled = {}): Node labels and Events off",
-            cfg.kubernetes.enabled
-        );
+        let enabled = cfg.kubernetes.enabled;
+        tracing::info!("not in a Kubernetes cluster (kubernetes.enabled = {enabled}): Node labels and Events off");
         return None;
     }
     let lost = "Kubernetes API unavailable: the Node will not show maintenance state";
@@ -350,13 +345,12 @@ impl Wiring {
         let api = &self.cfg.worker_api;
         if let Some(addr) = api.listen {
             if api.auth == WorkerAuth::Kubernetes {
-                let review = KubeTokenReview::connect(&self.cfg.kubernetes.api_url, &api.audience)
-                    .await
-                    .map_err(|e| {
-                        RunError(format!(
-                            "worker_api.auth = \"kubernetes\": no Kubernetes API client to review workers' tokens: {e}"
-                        ))
-                    })?;
+                let url = &self.cfg.kubernetes.api_url;
+                let review = KubeTokenReview::connect(url, &api.audience).await.map_err(|e| {
+                    RunError(format!(
+                        "worker_api.auth = \"kubernetes\": no Kubernetes API client to review workers' tokens: {e}"
+                    ))
+                })?;
                 state.reviewer = Some(Arc::new(CachedReviews::new(review, api.review_cache)));
             }
             let listener = tokio::net::TcpListener::bind(addr)
@@ -391,9 +385,9 @@ impl Wiring {
         let settled = tokio::time::timeout_at(rest, self.tracker.wait()).await.is_ok();
         if !checkpointed {
             tracing::error!("the grace period is about to end before the checkpoint round was recorded: exiting now");
+            let grace = humantime::format_duration(grace);
             return Err(RunError(format!(
-                "drain ran out of time: the checkpoint round did not finish within checkpoint.grace ({}) - 1s",
-                humantime::format_duration(grace)
+                "drain ran out of time: the checkpoint round did not finish within checkpoint.grace ({grace}) - 1s"
             )));
         }
         if !settled {

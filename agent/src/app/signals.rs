@@ -86,11 +86,9 @@ pub(crate) async fn until_term_or_end(
         Ok(()) if term.is_cancelled() => return Ok(()),
         Err(e) if e.is_panic() => {
             let panic = e.into_panic();
-            let text = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic without a message".into());
+            let text = panic.downcast_ref::<&str>().map(|s| s.to_string());
+            let text = text.or_else(|| panic.downcast_ref::<String>().cloned());
+            let text = text.unwrap_or_else(|| "a panic without a message".into());
             format!("the restart loop panicked ({text}): exiting, so the agent is started again")
         }
         _ => "the restart loop ended without a SIGTERM: exiting, so the agent is started again"

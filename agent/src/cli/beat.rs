@@ -46,13 +46,12 @@ pub(super) async fn command(args: BeatArgs) -> Result<(), CliError> {
 /// This node's worker API as `[worker_api]` configures it: the TCP listener (on loopback when
 /// it listens on every address), else the unix socket, else where `scripts/run.sh` serves it.
 fn local_worker_api(cfg: &Config) -> String {
-    if let Some(addr) = cfg.worker_api.listen {
-        return super::local_url(addr);
+    let socket = &cfg.worker_api.socket;
+    match cfg.worker_api.listen {
+        Some(addr) => super::local_url(addr),
+        None if !socket.as_os_str().is_empty() => format!("unix:{}", socket.display()),
+        None => LOCAL_DEFAULT.to_string(),
     }
-    if !cfg.worker_api.socket.as_os_str().is_empty() {
-        return format!("unix:{}", cfg.worker_api.socket.display());
-    }
-    LOCAL_DEFAULT.to_string()
 }
 
 async fn to_agent(
@@ -102,6 +101,5 @@ pub(super) fn client_for(agent: &str, path: &str) -> Result<(reqwest::Client, St
         Some(socket) => (builder.unix_socket(socket).build(), format!("http://localhost{path}")),
         None => (builder.build(), format!("{}{path}", agent.trim_end_matches('/'))),
     };
-    let client = client.map_err(|e| CliError::Failed(format!("HTTP client: {}", http_error(e))))?;
-    Ok((client, url))
+    Ok((client.map_err(|e| failed(format!("HTTP client: {}", http_error(e))))?, url))
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::kube::node_source::{KubeNodeReader, NodeReader};
-use crate::kube::pods::{KubePods, PodApi, PodError};
+use crate::kube::pods::{KubePods, NodePod, PodApi, PodError};
 use crate::maintenance::policy_budget::{budget_shortfalls, Shortfall, WorkerPod};
 use crate::vocab::node_info::Provisioning;
 
@@ -51,10 +51,8 @@ async fn provisioning(cfg: &Config, node: &str) -> Option<Provisioning> {
 async fn worker_pods(cfg: &Config, node: &str) -> Result<Vec<WorkerPod>, PodError> {
     let api = KubePods::connect(&cfg.kubernetes.api_url).await?;
     let pods = api.node_pods(node).await?;
-    let workers = pods.iter().filter(|p| p.is_worker(&cfg.runtime.worker_label));
-    Ok(workers
-        .map(|p| WorkerPod { pod: p.display(), grace: p.grace, critical: p.critical })
-        .collect())
+    let worker = |p: &NodePod| WorkerPod { pod: p.display(), grace: p.grace, critical: p.critical };
+    Ok(pods.iter().filter(|p| p.is_worker(&cfg.runtime.worker_label)).map(worker).collect())
 }
 
 impl BudgetReport {
@@ -70,9 +68,7 @@ impl BudgetReport {
             None => stop.to_string(),
         };
         match &self.pods {
-            None => format!(
-                "checked against Compute Engine's notices only (not on Kubernetes: no worker pod read); checkpoint.worker_stop = {stop}"
-            ),
+            None => format!("checked against Compute Engine's notices only (not on Kubernetes: no worker pod read); checkpoint.worker_stop = {stop}"),
             Some(Err(e)) => format!(
                 "worker pods' grace periods unknown ({e}); checked against Compute Engine's notices only; checkpoint.worker_stop = {stop}"
             ),

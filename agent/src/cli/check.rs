@@ -44,10 +44,8 @@ impl Check {
 
 /// The report, one line per check.
 pub(crate) fn render(checks: &[Check]) -> String {
-    let mut s = String::new();
-    for c in checks {
-        s.push_str(&format!("{:<5} {:<12} {}\n", c.level.as_str(), c.name, c.detail));
-    }
+    let line = |c: &Check| format!("{:<5} {:<12} {}\n", c.level.as_str(), c.name, c.detail);
+    let mut s: String = checks.iter().map(line).collect();
     let worst = checks.iter().map(|c| c.level).max().unwrap_or(Level::Ok);
     s.push_str(match worst {
         Level::Ok => "\nall checks passed\n",

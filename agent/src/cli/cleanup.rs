@@ -22,8 +22,7 @@ pub(super) async fn run(cfg: &Config, node: Option<String>, dry_run: bool) -> Re
     let removed = cleanup.await.map_err(|e| match e {
         // The agent's wording says the next cycle retries; here, the operator does.
         NodeError::Conflict { attempts, .. } => CliError::Failed(format!(
-            "cleanup of node {node:?}: {attempts} attempts in a row conflicted with other \
-             writers of the Node (409 Conflict); nothing of the taints was lost: run it again"
+            "cleanup of node {node:?}: {attempts} attempts in a row conflicted with other writers of the Node (409 Conflict); nothing of the taints was lost: run it again"
         )),
         e => CliError::Failed(format!("cleanup of node {node:?}: {e}")),
     })?;
@@ -35,10 +34,7 @@ pub(super) async fn run(cfg: &Config, node: Option<String>, dry_run: bool) -> Re
 /// then a note per label left alone.
 fn render(node: &str, prefix: &str, removed: &Cleanup, dry_run: bool) -> String {
     let mut out = if removed.is_empty() {
-        format!(
-            "node {node}: nothing of Vigil's to remove (no label or annotation under {prefix}, \
-             no Vigil taint or condition)\n"
-        )
+        format!("node {node}: nothing of Vigil's to remove (no label or annotation under {prefix}, no Vigil taint or condition)\n")
     } else {
         let verb = if dry_run { "would remove" } else { "removed" };
         let mut out = format!("node {node}: {verb}\n");
@@ -60,8 +56,7 @@ fn render(node: &str, prefix: &str, removed: &Cleanup, dry_run: bool) -> String 
     for label in &removed.kept {
         let key = label.split('=').next().unwrap_or(label);
         out.push_str(&format!(
-            "note: label {label} left alone: it is GKE's, which Vigil sets while it holds the \
-             opportunistic-maintenance claim; if Vigil set it: kubectl label node {node} {key}-\n"
+            "note: label {label} left alone: it is GKE's, which Vigil sets while it holds the opportunistic-maintenance claim; if Vigil set it: kubectl label node {node} {key}-\n"
         ));
     }
     out

@@ -80,15 +80,12 @@ fn intro(out: &mut dyn Write) -> std::io::Result<()> {
 
 fn close(out: &mut dyn Write, summary: &Summary) -> std::io::Result<()> {
     let m = |t: Option<Millis>| t.map(hhmmss).unwrap_or_else(|| "never".into());
-    writeln!(
-        out,
-        "\nsummary: hang {} → alert {} → restart {} → healthy again {} ({} restart, no second restart while booting)",
-        hhmmss(summary.hang_at),
-        m(summary.alerted_at),
-        m(summary.restarted_at),
-        m(summary.recovered_at),
-        summary.restarts
-    )?;
+    let hang = hhmmss(summary.hang_at);
+    let alert = m(summary.alerted_at);
+    let restart = m(summary.restarted_at);
+    let healthy = m(summary.recovered_at);
+    let restarts = summary.restarts;
+    writeln!(out, "\nsummary: hang {hang} → alert {alert} → restart {restart} → healthy again {healthy} ({restarts} restart, no second restart while booting)")?;
     if let Some(c) = &summary.checkpoint {
         writeln!(out, "maintenance: the worker checkpointed before termination ({c})")?;
     }
@@ -129,18 +126,13 @@ impl Night {
         let metrics = Arc::new(Metrics::new());
         let cfg = Config { node_name: NODE.into(), ..Config::default() };
         let facts = SharedFacts::default();
-        let agent = Agent::new(
-            cfg.clone(),
-            coord.clone(),
-            Arc::new(runtime.clone()),
-            Notifier::new(Some(Arc::new(sink.clone())), metrics.clone()),
-            metrics.clone(),
-        )
-        .with_facts(facts.clone());
-        let controller =
-            Controller::new(cfg, coord.clone(), Arc::new(runtime.clone()), metrics, agent.trail())
-                .with_node_api(Arc::new(node_api.clone()))
-                .with_facts(facts);
+        let rt: Arc<dyn crate::runtime::ContainerRuntime> = Arc::new(runtime.clone());
+        let notifier = Notifier::new(Some(Arc::new(sink.clone())), metrics.clone());
+        let agent = Agent::new(cfg.clone(), coord.clone(), rt.clone(), notifier, metrics.clone())
+            .with_facts(facts.clone());
+        let controller = Controller::new(cfg, coord.clone(), rt, metrics, agent.trail())
+            .with_node_api(Arc::new(node_api.clone()))
+            .with_facts(facts);
         Night {
             clock,
             coord,

@@ -40,7 +40,7 @@ pub(super) async fn command(cfg: &Config) -> Result<(), super::CliError> {
     out.extend(budget(cfg).await);
     print!("{}", render(&out));
     if out.iter().any(|c| c.level == Level::Fail) {
-        return Err(super::CliError::Failed("doctor found failures (see above)".into()));
+        return Err(super::failed("doctor found failures (see above)"));
     }
     Ok(())
 }
@@ -59,32 +59,22 @@ async fn budget(cfg: &Config) -> Vec<Check> {
 
 async fn redis(cfg: &Config) -> Check {
     if cfg.embedded() {
-        return Check::warn(
-            "redis",
-            "no REDIS_URL: embedded coordinator, safe for one agent on one node; set REDIS_URL for a fleet",
-        );
+        let text = "no REDIS_URL: embedded coordinator, safe for one agent on one node; set REDIS_URL for a fleet";
+        return Check::warn("redis", text);
     }
     let coord = match RedisCoordinator::from_config(&cfg.redis) {
         Ok(c) => Box::new(c) as Box<dyn Coordinator>,
         Err(e) => return Check::fail("redis", format!("{e}; fix redis.url / REDIS_URL")),
     };
-    match coord.time().await {
-        Ok(t) => {
-            let skew = SystemClock.now() - t;
-            let described = coord.describe();
-            if skew.abs() > SKEW_WARN {
-                Check::warn(
-                    "redis",
-                    format!("{described} reachable, but this node's clock is {skew} ms off Redis's: verdicts use Redis time; check NTP"),
-                )
-            } else {
-                Check::ok("redis", format!("{described} reachable; clock skew {skew} ms"))
-            }
-        }
-        Err(e) => Check::fail(
-            "redis",
-            format!("{e}; restarts stay paused until it answers (check the address, AUTH, TLS, network policy)"),
-        ),
+    let described = coord.describe();
+    match coord.time().await.map(|t| SystemClock.now() - t) {
+        Ok(skew) if skew.abs() > SKEW_WARN => Check::warn("redis", format!(
+            "{described} reachable, but this node's clock is {skew} ms off Redis's: verdicts use Redis time; check NTP"
+        )),
+        Ok(skew) => Check::ok("redis", format!("{described} reachable; clock skew {skew} ms")),
+        Err(e) => Check::fail("redis", format!(
+            "{e}; restarts stay paused until it answers (check the address, AUTH, TLS, network policy)"
+        )),
     }
 }
 
@@ -107,10 +97,9 @@ async fn runtime(cfg: &Config) -> Vec<Check> {
     }
     let label = &cfg.runtime.worker_label;
     let listed = match rt.list_workers().await {
-        Ok(w) if w.is_empty() => Check::warn(
-            "runtime",
-            format!("{described} reachable, but no running container (or pod) carries the label `{label}`: nothing will be watched"),
-        ),
+        Ok(w) if w.is_empty() => Check::warn("runtime", format!(
+            "{described} reachable, but no running container (or pod) carries the label `{label}`: nothing will be watched"
+        )),
         Ok(w) => {
             let names: Vec<_> = w.iter().map(|c| format!("{}={}", c.display(), c.worker)).collect();
             let names = names.join(", ");
@@ -118,30 +107,25 @@ async fn runtime(cfg: &Config) -> Vec<Check> {
         }
         Err(e) => Check::fail("runtime", e.to_string()),
     };
-    let mut out = vec![found, listed];
-    if described.starts_with("cri") {
-        out.push(gpus_of_workers(cfg).await);
-    }
-    out
+    let pods = if described.starts_with("cri") { Some(gpus_of_workers(cfg).await) } else { None };
+    [found, listed].into_iter().chain(pods).collect()
 }
 
 /// On CRI: whether the workers' GPUs can be read (the kubelet's PodResources API).
 async fn gpus_of_workers(cfg: &Config) -> Check {
+    let empty = "runtime.pod_resources_socket is empty: every worker counts as using every GPU, so one failed GPU stands all of them down";
     let Some(src) = crate::runtime::devices(cfg) else {
-        return Check::warn(
-            "pod-resources",
-            "runtime.pod_resources_socket is empty: every worker counts as using every GPU, so one failed GPU stands all of them down",
-        );
+        return Check::warn("pod-resources", empty);
     };
     match src.gpus().await {
-        Ok(g) => Check::ok(
-            "pod-resources",
-            format!("{} answers; {} container(s) with GPUs", src.describe(), g.len()),
-        ),
-        Err(e) => Check::warn(
-            "pod-resources",
-            format!("{e}; until it answers every worker counts as using every GPU"),
-        ),
+        Ok(g) => {
+            let text = format!("{} answers; {} container(s) with GPUs", src.describe(), g.len());
+            Check::ok("pod-resources", text)
+        }
+        Err(e) => {
+            let text = format!("{e}; until it answers every worker counts as using every GPU");
+            Check::warn("pod-resources", text)
+        }
     }
 }
 
@@ -151,10 +135,8 @@ fn nvml(cfg: &Config) -> Check {
         return Check::ok("nvml", "GPU monitoring disabled (gpu.enabled = off)");
     }
     if cfg.gpu.enabled == Switch::Auto && !gpus_present(&HostPaths::default()) {
-        return Check::ok(
-            "nvml",
-            "no NVIDIA GPU on this node (no /dev/nvidiaN, no NVIDIA PCI display device): GPU monitoring off; the agent looks again every 5m",
-        );
+        let text = "no NVIDIA GPU on this node (no /dev/nvidiaN, no NVIDIA PCI display device): GPU monitoring off; the agent looks again every 5m";
+        return Check::ok("nvml", text);
     }
     match NvmlProbe::new(Some(cfg.gpu.library_path.as_str())) {
         Ok(mut p) => match p.sample() {
@@ -164,10 +146,7 @@ fn nvml(cfg: &Config) -> Check {
         Err(e) => check(
             "nvml",
             if cfg.gpu.enabled == Switch::On { Level::Fail } else { Level::Warn },
-            format!(
-                "waiting for the driver: this node has NVIDIA GPUs but {e}; the agent keeps trying \
-                 (5s doubling to 5m) and starts GPU monitoring when NVML loads, with no restart"
-            ),
+            format!("waiting for the driver: this node has NVIDIA GPUs but {e}; the agent keeps trying (5s doubling to 5m) and starts GPU monitoring when NVML loads, with no restart"),
         ),
     }
 }
@@ -207,10 +186,8 @@ fn tpu(cfg: &Config) -> Check {
 /// The GPU state file: failed GPUs kept across agent restarts (`gpu.state_file`).
 fn gpu_state(cfg: &Config) -> Check {
     let Some(store) = StateStore::from_config(&cfg.gpu.state_file, BOOT_ID_PATH.as_ref()) else {
-        return Check::warn(
-            "gpu-state",
-            "gpu.state_file is empty: a failed GPU is forgotten when the agent restarts",
-        );
+        let text = "gpu.state_file is empty: a failed GPU is forgotten when the agent restarts";
+        return Check::warn("gpu-state", text);
     };
     let r = store.load();
     if let Some(w) = r.warning {
@@ -219,19 +196,15 @@ fn gpu_state(cfg: &Config) -> Check {
     let dir = store.path().parent().unwrap_or(std::path::Path::new("/"));
     if std::fs::metadata(dir).is_err() {
         let dir = dir.display();
-        return Check::warn(
-            "gpu-state",
-            format!("{dir} does not exist yet: the agent creates it; on Kubernetes mount a hostPath there so failures outlive the pod"),
-        );
+        let text = format!("{dir} does not exist yet: the agent creates it; on Kubernetes mount a hostPath there so failures outlive the pod");
+        return Check::warn("gpu-state", text);
     }
     let path = store.path().display();
     let failed: Vec<&str> = r.gpus.iter().map(|g| g.uuid.as_str()).collect();
-    let text = if failed.is_empty() {
-        format!("{path}: no GPU kept failed on this boot")
-    } else {
-        format!("{path}: kept failed on this boot: {}", failed.join(", "))
-    };
-    Check::ok("gpu-state", text)
+    if failed.is_empty() {
+        return Check::ok("gpu-state", format!("{path}: no GPU kept failed on this boot"));
+    }
+    Check::ok("gpu-state", format!("{path}: kept failed on this boot: {}", failed.join(", ")))
 }
 
 async fn metadata(cfg: &Config) -> Check {
@@ -287,10 +260,8 @@ const RBAC_RULES: [Rule; 10] = [
 
 async fn kubernetes(cfg: &Config) -> Vec<Check> {
     if !cfg.kubernetes_on() {
-        return vec![Check::ok(
-            "kubernetes",
-            "not in a cluster (kubernetes.enabled = auto/off): Node labels and Events off",
-        )];
+        let text = "not in a cluster (kubernetes.enabled = auto/off): Node labels and Events off";
+        return vec![Check::ok("kubernetes", text)];
     }
     let api = match KubeNodeApi::connect(&cfg.kubernetes.api_url).await {
         Ok(a) => a,
@@ -327,10 +298,9 @@ async fn rbac_rule(api: &KubeNodeApi, (group, resource, ns, verbs): Rule) -> Che
     }
     if !denied.is_empty() {
         let denied = denied.join(" and ");
-        Check::fail(
-            name,
-            format!("may NOT {denied} {what}: apply deploy/base/rbac.yaml (ClusterRole vigil)"),
-        )
+        let text =
+            format!("may NOT {denied} {what}: apply deploy/base/rbac.yaml (ClusterRole vigil)");
+        Check::fail(name, text)
     } else if let Some(e) = unknown {
         Check::warn(name, format!("could not ask: {e}"))
     } else {

@@ -77,16 +77,13 @@ fn target(cfg: &Config, d: &CheckpointDrill) -> Result<Target, CliError> {
 
 pub(super) async fn run(cfg: &Config, d: &CheckpointDrill) -> Result<(), CliError> {
     if cfg.embedded() {
-        return Err(CliError::Unable(
-            "a drill writes the members' records in Redis and waits for their acks there: set REDIS_URL (or redis.url) to the agents' Redis".into(),
-        ));
+        return Err(CliError::Unable("a drill writes the members' records in Redis and waits for their acks there: set REDIS_URL (or redis.url) to the agents' Redis".into()));
     }
     let target = target(cfg, d)?;
     let coord =
         RedisCoordinator::from_config(&cfg.redis).map_err(|e| CliError::Unable(e.to_string()))?;
-    let result = drill::run(&coord, cfg, &target, d.wait)
-        .await
-        .map_err(|e| CliError::Unable(format!("drill of {}: {e}", target.label())))?;
+    let ran = drill::run(&coord, cfg, &target, d.wait).await;
+    let result = ran.map_err(|e| CliError::Unable(format!("drill of {}: {e}", target.label())))?;
     println!("{}", verdict(&result).join("\n"));
     let (name, missing, asked) = (&result.target, result.missing.len(), result.asked);
     if missing > 0 {

@@ -16,7 +16,7 @@ pub(super) async fn run(cfg: &Config, node: Option<String>, limit: usize) -> Res
     if cfg.embedded() {
         // NB: the local agent knows its own trail only: another node's lives in Redis.
         if node != cfg.node_name {
-            return Err(CliError::Failed(format!(
+            return Err(failed(format!(
                 "without a Redis URL only this node's trail can be read, from its agent; node {node}'s is in Redis: set REDIS_URL (or redis.url)"
             )));
         }

@@ -242,11 +242,8 @@ fn local_url(addr: std::net::SocketAddr) -> String {
 /// GET `path` from this node's agent (`server.listen` of the config): what `status` and `explain`
 /// read when the CLI has no Redis of its own.
 async fn local_agent(cfg: &Config, path: &str) -> Result<String, CliError> {
-    let Some(addr) = cfg.server.listen else {
-        return Err(CliError::Failed(
-            "no Redis URL (REDIS_URL or redis.url) and the agent serves no HTTP port (server.listen is empty): nothing to read".into(),
-        ));
-    };
+    let no_port = "no Redis URL (REDIS_URL or redis.url) and the agent serves no HTTP port (server.listen is empty): nothing to read";
+    let Some(addr) = cfg.server.listen else { return Err(failed(no_port)) };
     let base = local_url(addr);
     let (client, url) = beat::client_for(&base, path)?;
     let resp = client.get(url).timeout(Duration::from_secs(10)).send().await.map_err(|e| {

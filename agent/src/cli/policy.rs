@@ -24,9 +24,8 @@ pub(crate) fn render_gpu(cfg: &Config) -> String {
     for r in &rows {
         let (xid, meaning, nvidia, action, source) =
             (r.xid, r.meaning, r.nvidia, r.action.as_str(), r.source);
-        out.push_str(&format!(
-            "{xid:>4}  {meaning:<w1$}  {nvidia:<w2$}  {action:<w3$}  {source}\n"
-        ));
+        let row = format!("{xid:>4}  {meaning:<w1$}  {nvidia:<w2$}  {action:<w3$}  {source}\n");
+        out.push_str(&row);
     }
     out.push_str(
         "\nreset-gpu, drain and reboot-node mark the GPU failed (taint with gpu.taint_on_failure; its \

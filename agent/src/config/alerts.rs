@@ -3,9 +3,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use reqwest::header::{HeaderName, HeaderValue};
 use serde::{Deserialize, Serialize};
 
-use super::{bad, bad_if, has_scheme, ConfigError};
+use super::{bad_if, http_or_empty, ConfigError};
 use crate::redact::{Hidden, Secret, Webhook};
 
 /// The body a webhook gets (`alerts.format`).
@@ -69,38 +70,20 @@ const MAX_ATTEMPTS: u32 = 10;
 impl AlertsConfig {
     /// At least one attempt, and a webhook that is an HTTP URL (or none).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        bad_if(
-            !(1..=MAX_ATTEMPTS).contains(&self.attempts),
-            "alerts.attempts",
-            format!("must be 1 to {MAX_ATTEMPTS}: every attempt and its backoff are held inside the node lock (safety.lock_ttl)"),
-        )?;
-        let url = self.webhook_url.expose();
-        if !url.is_empty() && !has_scheme(url, &["http://", "https://"]) {
-            return bad("alerts.webhook_url", "must be an http:// or https:// URL");
-        }
-        bad_if(
-            self.format == WebhookFormat::Pagerduty
-                && !self.webhook_url.is_empty()
-                && self.routing_key.is_empty(),
-            "alerts.routing_key",
-            "is needed with format = \"pagerduty\" (the integration's routing key, or env VIGIL_PAGERDUTY_ROUTING_KEY)",
-        )?;
+        let why = format!("must be 1 to {MAX_ATTEMPTS}: every attempt and its backoff are held inside the node lock (safety.lock_ttl)");
+        bad_if(!(1..=MAX_ATTEMPTS).contains(&self.attempts), "alerts.attempts", why)?;
+        http_or_empty("alerts.webhook_url", self.webhook_url.expose(), "")?;
+        let why = "is needed with format = \"pagerduty\" (the integration's routing key, or env VIGIL_PAGERDUTY_ROUTING_KEY)";
+        let pagerduty = self.format == WebhookFormat::Pagerduty && !self.webhook_url.is_empty();
+        bad_if(pagerduty && self.routing_key.is_empty(), "alerts.routing_key", why)?;
         for (name, value) in &self.headers {
-            if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                return bad("alerts.headers", "a header name is not a valid HTTP header name");
-            }
-            bad_if(
-                reqwest::header::HeaderValue::from_str(value.expose()).is_err(),
-                "alerts.headers",
-                format!("the value of {name} is not a valid HTTP header value"),
-            )?;
+            let why = "a header name is not a valid HTTP header name";
+            bad_if(HeaderName::from_bytes(name.as_bytes()).is_err(), "alerts.headers", why)?;
+            let why = format!("the value of {name} is not a valid HTTP header value");
+            bad_if(HeaderValue::from_str(value.expose()).is_err(), "alerts.headers", why)?;
         }
-        let am = self.alertmanager_url.expose();
-        bad_if(
-            !am.is_empty() && !has_scheme(am, &["http://", "https://"]),
-            "alerts.alertmanager_url",
-            "must be an http:// or https:// URL (Alertmanager's base, e.g. http://alertmanager:9093)",
-        )
+        let note = "(Alertmanager's base, e.g. http://alertmanager:9093)";
+        http_or_empty("alerts.alertmanager_url", self.alertmanager_url.expose(), note)
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use strum::VariantArray;
 
-use super::{bad, bad_if, has_scheme, ConfigError};
+use super::{bad_if, has_scheme, ConfigError};
 use crate::redact::{self, Secret, Urls};
 
 /// A signal a worker may be asked to checkpoint with. SIGKILL and SIGSTOP are not among them:
@@ -34,10 +34,9 @@ impl TryFrom<String> for Signal {
     fn try_from(name: String) -> Result<Signal, String> {
         let upper = name.trim().to_ascii_uppercase();
         let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+        let why = "is not a signal a worker can handle (SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGWINCH, SIGPWR)";
         let found = Signal::VARIANTS.iter().copied().find(|s| &s.as_str()[3..] == bare);
-        found.ok_or_else(|| {
-            format!("`{name}` is not a signal a worker can handle (SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGWINCH, SIGPWR)")
-        })
+        found.ok_or_else(|| format!("`{name}` {why}"))
     }
 }
 
@@ -167,19 +166,14 @@ impl CheckpointConfig {
         // The drain ends 1 s before the grace: the budget must fit in what is left.
         let room = self.grace.saturating_sub(Duration::from_secs(1));
         let shown = humantime::format_duration(room);
+        let why = format!("must be above 0 and at most checkpoint.grace - 1s ({shown}), so the round ends before the agent exits and the agent exits before it is killed");
         for (key, budget) in [
             ("checkpoint.sigterm_budget", self.sigterm_budget),
             ("checkpoint.preemption_budget", self.preemption_budget),
         ] {
-            bad_if(
-                budget.is_zero() || budget > room,
-                key,
-                format!("must be above 0 and at most checkpoint.grace - 1s ({shown}), so the round ends before the agent exits and the agent exits before it is killed"),
-            )?;
+            bad_if(budget.is_zero() || budget > room, key, &why)?;
         }
-        if self.maintenance_budget.is_zero() {
-            return bad("checkpoint.maintenance_budget", "must be greater than zero");
-        }
+        // (`maintenance_budget` above zero: `Config::validate_nonzero`.)
         Ok(())
     }
 }

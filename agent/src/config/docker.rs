@@ -17,11 +17,8 @@ pub struct DockerConfig {
 impl DockerConfig {
     /// An address the Docker client can dial.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        bad_if(
-            !has_scheme(&self.host, &["unix://", "tcp://", "http://"]),
-            "docker.host",
-            format!("`{}` is not a unix://, tcp:// or http:// address", self.host),
-        )
+        let why = format!("`{}` is not a unix://, tcp:// or http:// address", self.host);
+        bad_if(!has_scheme(&self.host, &["unix://", "tcp://", "http://"]), "docker.host", why)
     }
 }
 

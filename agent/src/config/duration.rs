@@ -17,10 +17,9 @@ pub(crate) use humantime_serde::serialize;
 pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let v: Duration = humantime_serde::deserialize(d)?;
     if v > MAX {
-        return Err(D::Error::custom(format!(
-            "longer than {}, the longest duration a key takes",
-            humantime::format_duration(MAX)
-        )));
+        let max = humantime::format_duration(MAX);
+        let why = format!("longer than {max}, the longest duration a key takes");
+        return Err(D::Error::custom(why));
     }
     Ok(v)
 }

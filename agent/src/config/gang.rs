@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{at_least_a_second, bad, bad_if, ConfigError};
+use super::{at_least_a_second, bad_if, ConfigError};
 
 /// What the node a slow gang names gets besides its `VigilSlow` condition (`gang.pace.taint`).
 #[derive(
@@ -120,27 +120,17 @@ pub struct PaceConfig {
 impl GangConfig {
     /// `breaker_per_day` above 0, and `[gang.pace]`'s fraction, windows and counts in bounds.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        bad_if(
-            self.breaker_per_day == 0,
-            "gang.breaker_per_day",
-            "0 is ambiguous: use gang.action = \"alert-only\" to never restart a gang",
-        )?;
+        let why = "0 is ambiguous: use gang.action = \"alert-only\" to never restart a gang";
+        bad_if(self.breaker_per_day == 0, "gang.breaker_per_day", why)?;
         let pace = &self.pace;
-        bad_if(
-            !(pace.slow_fraction > 0.0 && pace.slow_fraction < 1.0),
-            "gang.pace.slow_fraction",
-            "must be above 0 and below 1 (0.85: slower than 85 % of the baseline)",
-        )?;
+        let fraction = pace.slow_fraction;
+        let why = "must be above 0 and below 1 (0.85: slower than 85 % of the baseline)";
+        bad_if(!(fraction > 0.0 && fraction < 1.0), "gang.pace.slow_fraction", why)?;
         at_least_a_second("gang.pace.window", pace.window)?;
-        bad_if(
-            pace.min_steps == 0 || pace.learn_windows == 0,
-            "gang.pace.min_steps",
-            "gang.pace.min_steps and gang.pace.learn_windows must be at least 1",
-        )?;
-        if pace.slow_for < pace.window {
-            return bad("gang.pace.slow_for", "must be at least gang.pace.window");
-        }
-        Ok(())
+        let why = "gang.pace.min_steps and gang.pace.learn_windows must be at least 1";
+        bad_if(pace.min_steps == 0 || pace.learn_windows == 0, "gang.pace.min_steps", why)?;
+        let why = "must be at least gang.pace.window";
+        bad_if(pace.slow_for < pace.window, "gang.pace.slow_for", why)
     }
 }
 

@@ -89,42 +89,30 @@ impl GpuConfig {
         at_least_a_second("gpu.xid_threshold.window", self.xid_threshold.window)?;
         // NB: the XID wait itself lasts up to a second; a deadline near it would call a
         // healthy driver wedged.
-        if self.call_deadline < Duration::from_secs(2) {
-            return bad("gpu.call_deadline", "must be at least 2s");
-        }
+        let why = "must be at least 2s";
+        bad_if(self.call_deadline < Duration::from_secs(2), "gpu.call_deadline", why)?;
         // NB: one list of the node's pods per interval per node: a fleet of 1,000 nodes at 5s
         // would be 200 lists a second on the API server.
-        if !self.kubelet_health_interval.is_zero()
-            && self.kubelet_health_interval < Duration::from_secs(10)
-        {
-            return bad("gpu.kubelet_health_interval", "must be 0s (not read) or at least 10s");
-        }
+        let every = self.kubelet_health_interval;
+        let too_often = !every.is_zero() && every < Duration::from_secs(10);
+        let why = "must be 0s (not read) or at least 10s";
+        bad_if(too_often, "gpu.kubelet_health_interval", why)?;
         let version = &self.dra_api_version;
-        bad_if(
-            !matches!(version.as_str(), "v1alpha3" | "v1beta2" | "v1"),
-            "gpu.dra_api_version",
-            format!("{version:?} is not a version of resource.k8s.io that serves DeviceTaintRule (v1alpha3, v1beta2 or v1)"),
-        )?;
-        bad_if(
-            self.device_taints && self.dra_driver.trim().is_empty(),
-            "gpu.dra_driver",
-            "must name the DRA driver of the GPUs when gpu.device_taints is on",
-        )?;
+        let why = format!("{version:?} is not a version of resource.k8s.io that serves DeviceTaintRule (v1alpha3, v1beta2 or v1)");
+        let served = matches!(version.as_str(), "v1alpha3" | "v1beta2" | "v1");
+        bad_if(!served, "gpu.dra_api_version", why)?;
+        let why = "must name the DRA driver of the GPUs when gpu.device_taints is on";
+        bad_if(self.device_taints && self.dra_driver.trim().is_empty(), "gpu.dra_driver", why)?;
         let not_a_number = self.xid_actions.keys().find(|k| k.trim().parse::<u64>().is_err());
         let Some(k) = not_a_number else { return Ok(()) };
-        bad(
-            "gpu.xid_actions",
-            format!("{k:?} is not an XID number (write \"79\" = \"reboot-node\")"),
-        )
+        let why = format!("{k:?} is not an XID number (write \"79\" = \"reboot-node\")");
+        bad("gpu.xid_actions", why)
     }
 
     /// Every override of the built-in XID table (`xid_actions`, its keys parsed: a key that is
     /// not a number was refused by validate).
     pub(crate) fn xid_overrides(&self) -> BTreeMap<u64, XidAction> {
-        self.xid_actions
-            .iter()
-            .filter_map(|(k, &a)| k.trim().parse().ok().map(|x| (x, a)))
-            .collect()
+        self.xid_actions.iter().filter_map(|(k, &a)| Some((k.trim().parse().ok()?, a))).collect()
     }
 }
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, bad_if, has_scheme, ConfigError, Switch};
+use super::{bad_if, http_or_empty, ConfigError, Switch};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
 #[educe(Default)]
@@ -31,19 +31,11 @@ pub struct KubernetesConfig {
 impl KubernetesConfig {
     /// An HTTP API URL (or none) and a label prefix Kubernetes accepts.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if !self.api_url.is_empty() && !has_scheme(&self.api_url, &["http://", "https://"]) {
-            return bad("kubernetes.api_url", "must be an http:// or https:// URL");
-        }
-        bad_if(
-            self.read_interval < Duration::from_secs(1),
-            "kubernetes.read_interval",
-            "must be at least 1s (one GET of the Node each time)",
-        )?;
-        bad_if(
-            !valid_prefix(&self.label_prefix),
-            "kubernetes.label_prefix",
-            "must be a DNS subdomain followed by `/`, e.g. `vigil.dev/`",
-        )
+        http_or_empty("kubernetes.api_url", &self.api_url, "")?;
+        let why = "must be at least 1s (one GET of the Node each time)";
+        bad_if(self.read_interval < Duration::from_secs(1), "kubernetes.read_interval", why)?;
+        let why = "must be a DNS subdomain followed by `/`, e.g. `vigil.dev/`";
+        bad_if(!valid_prefix(&self.label_prefix), "kubernetes.label_prefix", why)
     }
 }
 

@@ -29,10 +29,8 @@ impl LogConfig {
     /// read fell back to `info` without a word, so `vigil=dbug` hid the debug lines asked for.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.level) else { return Ok(()) };
-        bad(
-            "log.level",
-            format!("is not a tracing filter (such as `info` or `vigil=debug,info`): {e}"),
-        )
+        let why = format!("is not a tracing filter (such as `info` or `vigil=debug,info`): {e}");
+        bad("log.level", why)
     }
 }
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, ConfigError, Switch};
+use super::{bad_if, ConfigError, Switch};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
 #[educe(Default)]
@@ -37,15 +37,12 @@ pub struct MetadataConfig {
 impl MetadataConfig {
     /// A long-poll timeout the metadata server accepts.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.timeout_sec == 0 || self.timeout_sec > 3600 {
-            return bad("metadata.timeout_sec", "must be between 1 and 3600");
-        }
-        if self.first_read_wait > Duration::from_secs(600) {
-            // NB: a hung worker waits this long at every start of the agent when a source
-            // never answers; longer than ten minutes is a mistake, not a policy.
-            return bad("metadata.first_read_wait", "must be at most 10m");
-        }
-        Ok(())
+        let why = "must be between 1 and 3600";
+        bad_if(self.timeout_sec == 0 || self.timeout_sec > 3600, "metadata.timeout_sec", why)?;
+        // NB: a hung worker waits this long at every start of the agent when a source never
+        // answers; longer than ten minutes is a mistake, not a policy.
+        let too_long = self.first_read_wait > Duration::from_secs(600);
+        bad_if(too_long, "metadata.first_read_wait", "must be at most 10m")
     }
 }
 

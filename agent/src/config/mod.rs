@@ -161,6 +161,19 @@ fn at_least_a_second(key: &'static str, value: Duration) -> Result<(), ConfigErr
     bad_if(value < Duration::from_secs(1), key, "must be at least 1s")
 }
 
+/// The rule of a URL that may be empty: else `http://` or `https://` (`note`, when not empty,
+/// after the problem and a space).
+fn http_or_empty(key: &'static str, url: &str, note: &str) -> Result<(), ConfigError> {
+    let gap = if note.is_empty() { "" } else { " " };
+    let why = format!("must be an http:// or https:// URL{gap}{note}");
+    bad_if(!url.is_empty() && !has_scheme(url, &["http://", "https://"]), key, why)
+}
+
+/// A file that cannot be read or parsed.
+fn file_error(path: &Path, problem: impl ToString) -> ConfigError {
+    ConfigError::File { path: path.to_path_buf(), problem: problem.to_string() }
+}
+
 /// `var`'s value, when it is set, into `slot`.
 fn from_env<T: From<String>>(env: &dyn Env, var: &str, slot: &mut T) {
     if let Some(v) = env.get(var) {
@@ -214,22 +227,14 @@ impl Config {
                 Err(e) => Err(toml_syntax(text, &e)),
             }
         };
-        parsed.map_err(|problem| ConfigError::File {
-            path: path.to_path_buf(),
-            problem: removed::hint(problem.replace('\n', " ")),
-        })
+        parsed.map_err(|problem| file_error(path, removed::hint(problem.replace('\n', " "))))
     }
 
     /// Load from an optional file, apply environment overrides, validate.
     pub(crate) fn load(path: Option<&Path>, env: &dyn Env) -> Result<Config, ConfigError> {
+        let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| file_error(p, e));
         let mut cfg = match path {
-            Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|e| ConfigError::File {
-                    path: p.to_path_buf(),
-                    problem: e.to_string(),
-                })?;
-                Config::parse(&text, p)?
-            }
+            Some(p) => Config::parse(&read(p)?, p)?,
             None => Config::default(),
         };
         cfg.apply_env(env)?;
@@ -334,6 +339,7 @@ impl Config {
             ("safety.lock_ttl", self.safety.lock_ttl),
             ("alerts.timeout", self.alerts.timeout),
             ("alerts.alertmanager_repost", self.alerts.alertmanager_repost),
+            ("checkpoint.maintenance_budget", self.checkpoint.maintenance_budget),
         ];
         let zero = durations.into_iter().find(|(_, d)| d.is_zero());
         zero.map_or(Ok(()), |(key, _)| bad(key, "must be greater than zero"))
@@ -341,15 +347,13 @@ impl Config {
 
     /// Tokens are reviewed by the API server: `auth = "kubernetes"` needs one.
     fn validate_worker_auth(&self) -> Result<(), ConfigError> {
-        bad_if(
-            self.worker_api.listen.is_some()
-                && self.worker_api.auth == WorkerAuth::Kubernetes
-                && !self.kubernetes_on(),
-            "worker_api.auth",
-            "is \"kubernetes\" (the default), which reviews workers' tokens with the API server, but the \
+        let api = &self.worker_api;
+        let unreviewed =
+            api.listen.is_some() && api.auth == WorkerAuth::Kubernetes && !self.kubernetes_on();
+        let why = "is \"kubernetes\" (the default), which reviews workers' tokens with the API server, but the \
              Kubernetes API is off here (kubernetes.enabled, no in-cluster ServiceAccount, no kubernetes.api_url); \
-             on a host without Kubernetes serve containers through worker_api.socket, or listen on 127.0.0.1 with auth = \"none\"",
-        )
+             on a host without Kubernetes serve containers through worker_api.socket, or listen on 127.0.0.1 with auth = \"none\"";
+        bad_if(unreviewed, "worker_api.auth", why)
     }
 
     fn validate_node_name(&self) -> Result<(), ConfigError> {
@@ -357,38 +361,27 @@ impl Config {
         bad_if(empty, "node_name", "is empty and no NODE_NAME or host name was found")?;
         // NB: the node name goes into Redis keys (inside a hash tag), labels of the fleet view
         // and Kubernetes calls: a Kubernetes node name is a DNS subdomain.
-        bad_if(
-            !valid_node_name(&self.node_name),
-            "node_name",
-            "must be at most 253 characters of a-z A-Z 0-9 . - _ (a Kubernetes node name): no braces, spaces, `:`, `/` or newlines",
-        )
+        let why = "must be at most 253 characters of a-z A-Z 0-9 . - _ (a Kubernetes node name): no braces, spaces, `:`, `/` or newlines";
+        bad_if(!valid_node_name(&self.node_name), "node_name", why)
     }
 
     /// `safety.lock_ttl` covers one pass: `runtime` and `alerts` durations (see [`Config::lock_needed`]).
     fn validate_lock_ttl(&self) -> Result<(), ConfigError> {
-        let needed = self.lock_needed();
-        if self.safety.lock_ttl >= needed {
-            return Ok(());
-        }
-        bad(
-            "safety.lock_ttl",
-            format!(
-                "{} is shorter than runtime.log_timeout + alert delivery (alerts.timeout x attempts, with backoff) \
-                 + runtime.restart_timeout + {}s margin = {}; the lock could expire mid-restart",
-                humantime::format_duration(self.safety.lock_ttl),
-                LOCK_MARGIN.as_secs(),
-                crate::clock::brief(needed)
-            ),
-        )
+        let (ttl, needed) = (self.safety.lock_ttl, self.lock_needed());
+        let shown = humantime::format_duration(ttl);
+        let margin = LOCK_MARGIN.as_secs();
+        let why = format!(
+            "{shown} is shorter than runtime.log_timeout + alert delivery (alerts.timeout x attempts, with backoff) \
+             + runtime.restart_timeout + {margin}s margin = {}; the lock could expire mid-restart",
+            crate::clock::brief(needed)
+        );
+        bad_if(ttl < needed, "safety.lock_ttl", why)
     }
 
     /// `fleet.heartbeat_ttl` outlives two polls.
     fn validate_heartbeat_ttl(&self) -> Result<(), ConfigError> {
-        bad_if(
-            self.fleet.heartbeat_ttl < self.poll_interval * 2,
-            "fleet.heartbeat_ttl",
-            "must be at least twice poll_interval, or healthy nodes flap to down",
-        )
+        let why = "must be at least twice poll_interval, or healthy nodes flap to down";
+        bad_if(self.fleet.heartbeat_ttl < self.poll_interval * 2, "fleet.heartbeat_ttl", why)
     }
 
     /// `opportunistic.enabled` needs a pool to count and a shared Redis. The pool is
@@ -396,18 +389,13 @@ impl Config {
     /// the Kubernetes API is on (until that read, no claim is taken).
     fn validate_opportunistic(&self) -> Result<(), ConfigError> {
         let on = self.opportunistic.enabled;
-        bad_if(
-            on && self.fleet.pool.is_empty() && !self.kubernetes_on(),
-            "opportunistic.enabled",
-            "needs the node's pool: set fleet.pool (or VIGIL_POOL), or turn the Kubernetes API on \
+        let why = "needs the node's pool: set fleet.pool (or VIGIL_POOL), or turn the Kubernetes API on \
              (kubernetes.enabled) so the pool is read from the Node's cloud.google.com/gke-nodepool \
-             label; the min_nodes rule counts the node's pool",
-        )?;
-        bad_if(
-            on && self.embedded(),
-            "opportunistic.enabled",
-            "needs Redis (REDIS_URL): the pool claim must be shared by every node",
-        )
+             label; the min_nodes rule counts the node's pool";
+        let no_pool = on && self.fleet.pool.is_empty() && !self.kubernetes_on();
+        bad_if(no_pool, "opportunistic.enabled", why)?;
+        let why = "needs Redis (REDIS_URL): the pool claim must be shared by every node";
+        bad_if(on && self.embedded(), "opportunistic.enabled", why)
     }
 
     /// The defaults, as a commented TOML file (`vigil config defaults`).

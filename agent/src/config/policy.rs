@@ -98,30 +98,21 @@ impl PolicyConfig {
     /// The confirming observation comes before staleness ends, and a learned rhythm in bounds
     /// (every threshold above zero: `Config::validate`).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.confirm_after >= self.stale_after {
-            return bad("policy.confirm_after", "must be shorter than policy.stale_after");
-        }
+        let why = "must be shorter than policy.stale_after";
+        bad_if(self.confirm_after >= self.stale_after, "policy.confirm_after", why)?;
         let l = &self.learned;
         if !(l.multiplier.is_finite() && l.multiplier >= 1.5) {
             return bad("policy.learned.multiplier", "must be at least 1.5");
         }
-        if !(l.quantile > 0.5 && l.quantile <= 1.0) {
-            return bad("policy.learned.quantile", "must be above 0.5 and at most 1");
-        }
+        let why = "must be above 0.5 and at most 1";
+        bad_if(!(l.quantile > 0.5 && l.quantile <= 1.0), "policy.learned.quantile", why)?;
         at_least_a_second("policy.learned.floor", l.floor)?;
-        if !(5..=256).contains(&l.min_samples) {
-            return bad("policy.learned.min_samples", "must be from 5 to 256");
-        }
-        bad_if(
-            l.restarts && !l.enabled,
-            "policy.learned.restarts",
-            "needs policy.learned.enabled = true (a restart from a rhythm never learned)",
-        )?;
-        bad_if(
-            l.history < Duration::from_secs(60),
-            "policy.learned.history",
-            "must be at least 1m (how long a rhythm is learned before it restarts anything)",
-        )
+        let why = "must be from 5 to 256";
+        bad_if(!(5..=256).contains(&l.min_samples), "policy.learned.min_samples", why)?;
+        let why = "needs policy.learned.enabled = true (a restart from a rhythm never learned)";
+        bad_if(l.restarts && !l.enabled, "policy.learned.restarts", why)?;
+        let why = "must be at least 1m (how long a rhythm is learned before it restarts anything)";
+        bad_if(l.history < Duration::from_secs(60), "policy.learned.history", why)
     }
 }
 

@@ -83,46 +83,33 @@ impl RedisConfig {
             return bad("redis.key_prefix", "must be non-empty without braces or colons");
         }
         self.validate_urls()?;
-        bad_if(
-            self.mode == RedisMode::Sentinel && self.sentinel_service.trim().is_empty(),
-            "redis.sentinel_service",
-            "is empty: name the master the Sentinels monitor (as in `sentinel monitor NAME ...`)",
-        )?;
+        let why =
+            "is empty: name the master the Sentinels monitor (as in `sentinel monitor NAME ...`)";
+        let unnamed = self.mode == RedisMode::Sentinel && self.sentinel_service.trim().is_empty();
+        bad_if(unnamed, "redis.sentinel_service", why)?;
         if !self.ca_file.is_empty() && !self.url.expose().starts_with("rediss://") {
             return bad("redis.ca_file", "is only used with a rediss:// (TLS) redis.url");
         }
-        bad_if(
-            !self.ca_file.is_empty() && self.mode == RedisMode::Sentinel,
-            "redis.ca_file",
-            "is not used with redis.mode = sentinel (the Sentinels and the master are verified against the system's roots): remove it, or use a certificate those roots sign",
-        )?;
+        let why = "is not used with redis.mode = sentinel (the Sentinels and the master are verified against the system's roots): remove it, or use a certificate those roots sign";
+        bad_if(!self.ca_file.is_empty() && self.mode == RedisMode::Sentinel, "redis.ca_file", why)?;
         bad_if(self.trail_max_len == 0, "redis.trail_max_len", "must be at least 1")
     }
 
     /// As many URLs as the mode takes, each one the `redis` crate can open.
     fn validate_urls(&self) -> Result<(), ConfigError> {
         let urls = RedisUrls::parse(self.url.expose()).into_vec();
-        bad_if(
-            urls.len() > 1 && self.mode == RedisMode::Single,
-            "redis.url",
-            "lists several servers: set redis.mode = \"cluster\" (Redis Cluster seed nodes) or \"sentinel\" (the Sentinels)",
-        )?;
+        let why = "lists several servers: set redis.mode = \"cluster\" (Redis Cluster seed nodes) or \"sentinel\" (the Sentinels)";
+        bad_if(urls.len() > 1 && self.mode == RedisMode::Single, "redis.url", why)?;
         for url in &urls {
-            if !has_scheme(url, &["redis://", "rediss://", "unix://"]) {
-                return bad(
-                    "redis.url",
-                    format!("`{}` is not a redis://, rediss:// or unix:// URL", redact::url(url)),
-                );
-            }
+            let shown = redact::url(url);
+            let why = format!("`{shown}` is not a redis://, rediss:// or unix:// URL");
+            bad_if(!has_scheme(url, &["redis://", "rediss://", "unix://"]), "redis.url", why)?;
             if let Err(e) = ::redis::Client::open(url.as_str()) {
-                return bad("redis.url", format!("`{}` does not parse: {e}", redact::url(url)));
+                return bad("redis.url", format!("`{shown}` does not parse: {e}"));
             }
         }
-        bad_if(
-            self.mode != RedisMode::Single && urls.is_empty(),
-            "redis.url",
-            "is empty: redis.mode = cluster or sentinel needs the servers' addresses",
-        )
+        let why = "is empty: redis.mode = cluster or sentinel needs the servers' addresses";
+        bad_if(self.mode != RedisMode::Single && urls.is_empty(), "redis.url", why)
     }
 }
 

@@ -9,14 +9,8 @@ const REMOVED: &[(&str, &str)] = &[
     ("docker.log_timeout", "runtime.log_timeout"),
     ("docker.stop_grace", "runtime.stop_grace"),
     ("docker.restart_timeout", "runtime.restart_timeout"),
-    (
-        "gpu.hardware_xids",
-        "gpu.xid_actions, each XID as \"<xid>\" = \"reset-gpu\" (or drop it to follow NVIDIA's table: vigil policy gpu)",
-    ),
-    (
-        "gpu.application_xids",
-        "gpu.xid_actions, each XID as \"<xid>\" = \"restart-app\" (or drop it to follow NVIDIA's table: vigil policy gpu)",
-    ),
+    ("gpu.hardware_xids", "gpu.xid_actions, each XID as \"<xid>\" = \"reset-gpu\" (or drop it to follow NVIDIA's table: vigil policy gpu)"),
+    ("gpu.application_xids", "gpu.xid_actions, each XID as \"<xid>\" = \"restart-app\" (or drop it to follow NVIDIA's table: vigil policy gpu)"),
 ];
 
 /// `problem` (a parse error) with the pointer of [`REMOVED`] when it is about one of those keys.

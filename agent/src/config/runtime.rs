@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, bad_if, ConfigError};
+use super::{bad_if, ConfigError};
 
 /// Which container runtime the agent speaks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,26 +78,22 @@ impl RuntimeConfig {
         bad_if(self.worker_label.is_empty(), "runtime.worker_label", "must not be empty")?;
         // Longer than the stop grace plus a call: a hung worker is killed only when the grace ends.
         let restart_needs = self.stop_grace + self.call_timeout;
-        bad_if(
-            self.restart_timeout <= restart_needs,
-            "runtime.restart_timeout",
-            format!(
-                "{} is not longer than runtime.stop_grace + runtime.call_timeout = {}: a worker that ignores SIGTERM \
-                 (any hung one) is killed only when the stop grace ends, and starting it again takes up to a call's time; \
-                 we would give up before the runtime's SIGKILL",
-                humantime::format_duration(self.restart_timeout),
-                humantime::format_duration(restart_needs)
-            ),
-        )?;
+        let timeout = humantime::format_duration(self.restart_timeout);
+        let why = format!(
+            "{timeout} is not longer than runtime.stop_grace + runtime.call_timeout = {}: a worker that ignores SIGTERM \
+             (any hung one) is killed only when the stop grace ends, and starting it again takes up to a call's time; \
+             we would give up before the runtime's SIGKILL",
+            humantime::format_duration(restart_needs)
+        );
+        bad_if(self.restart_timeout <= restart_needs, "runtime.restart_timeout", why)?;
         // (key, path, whether empty is allowed, and what empty means)
         for (key, path, optional, off) in [
             ("runtime.podman_socket", &self.podman_socket, false, ""),
             ("runtime.cri_socket", &self.cri_socket, true, ""),
             ("runtime.pod_resources_socket", &self.pod_resources_socket, true, " (empty = off)"),
         ] {
-            if !(path.starts_with('/') || optional && path.is_empty()) {
-                return bad(key, format!("`{path}` is not an absolute path to a unix socket{off}"));
-            }
+            let why = format!("`{path}` is not an absolute path to a unix socket{off}");
+            bad_if(!(path.starts_with('/') || optional && path.is_empty()), key, why)?;
         }
         Ok(())
     }

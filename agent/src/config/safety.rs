@@ -34,11 +34,8 @@ impl SafetyConfig {
     /// A breaker that is a number or explicitly off, a fleet window a budget can count in. The
     /// lock's TTL against the durations it must cover is checked by `Config::validate`.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        bad_if(
-            self.breaker_per_day == 0 && !self.breaker_disabled,
-            "safety.breaker_per_day",
-            "0 is ambiguous: use dry_run = true to never restart, or safety.breaker_disabled = true to remove the cap",
-        )?;
+        let why = "0 is ambiguous: use dry_run = true to never restart, or safety.breaker_disabled = true to remove the cap";
+        bad_if(self.breaker_per_day == 0 && !self.breaker_disabled, "safety.breaker_per_day", why)?;
         if self.fleet_budget > 0 {
             at_least_a_second("safety.fleet_window", self.fleet_window)?;
         }

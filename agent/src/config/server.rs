@@ -36,11 +36,8 @@ pub(super) mod listen {
         if text.trim().is_empty() {
             return Ok(None);
         }
-        text.trim().parse().map(Some).map_err(|_| {
-            serde::de::Error::custom(format!(
-                "`{text}` is not host:port (e.g. 0.0.0.0:9464), or \"\" for no listener"
-            ))
-        })
+        let why = format!("`{text}` is not host:port (e.g. 0.0.0.0:9464), or \"\" for no listener");
+        text.trim().parse().map(Some).map_err(|_| serde::de::Error::custom(why))
     }
 }
 

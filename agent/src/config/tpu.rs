@@ -47,10 +47,8 @@ impl TpuConfig {
             return bad("tpu.kernel_log", "must be an absolute path, or empty for off");
         }
         at_least_a_second("tpu.sample_interval", self.sample_interval)?;
-        if self.error_window < self.sample_interval {
-            return bad("tpu.error_window", "must be at least tpu.sample_interval");
-        }
-        Ok(())
+        let why = "must be at least tpu.sample_interval";
+        bad_if(self.error_window < self.sample_interval, "tpu.error_window", why)
     }
 }
 

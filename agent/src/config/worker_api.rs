@@ -60,26 +60,20 @@ impl WorkerApiConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let open = self.listen.filter(|a| self.auth == WorkerAuth::None && !a.ip().is_loopback());
         if let Some(addr) = open {
-            return bad(
-                "worker_api.auth",
-                format!(
-                    "is \"none\" while worker_api.listen is {addr}, which is not a loopback address: \
-                     anyone who can reach it could keep a hung worker looking healthy or push a healthy \
-                     one into a restart. Use auth = \"kubernetes\" (projected ServiceAccount tokens), \
-                     listen on 127.0.0.1, or serve containers through worker_api.socket"
-                ),
+            let why = format!(
+                "is \"none\" while worker_api.listen is {addr}, which is not a loopback address: \
+                 anyone who can reach it could keep a hung worker looking healthy or push a healthy \
+                 one into a restart. Use auth = \"kubernetes\" (projected ServiceAccount tokens), \
+                 listen on 127.0.0.1, or serve containers through worker_api.socket"
             );
+            return bad("worker_api.auth", why);
         }
         bad_if(self.audience.trim().is_empty(), "worker_api.audience", "must not be empty")?;
-        bad_if(
-            self.review_cache.is_zero() || self.review_cache > MAX_REVIEW_CACHE,
-            "worker_api.review_cache",
-            "must be above zero and at most 10m (a revoked token must stop working soon)",
-        )?;
-        if !self.socket.as_os_str().is_empty() && !self.socket.is_absolute() {
-            return bad("worker_api.socket", "must be an absolute path, or empty");
-        }
-        Ok(())
+        let cache = self.review_cache;
+        let why = "must be above zero and at most 10m (a revoked token must stop working soon)";
+        bad_if(cache.is_zero() || cache > MAX_REVIEW_CACHE, "worker_api.review_cache", why)?;
+        let relative = !self.socket.as_os_str().is_empty() && !self.socket.is_absolute();
+        bad_if(relative, "worker_api.socket", "must be an absolute path, or empty")
     }
 }
 

@@ -145,8 +145,7 @@ keys! {
     /// The gang's breaker for one UTC day (`gang.breaker_per_day`).
     pub gang_breaker(gang: &str, day: &str) => f "gang:{{{gang}}}:breaker:{day}";
     /// Alert de-duplication of a gang's pages, per incident (or decision) and kind.
-    pub gang_alert(gang: &str, about: &str, kind: &str)
-        => f "gang:{{{gang}}}:alert:{about}:{kind}";
+    pub gang_alert(gang: &str, about: &str, kind: &str) => f "gang:{{{gang}}}:alert:{about}:{kind}";
     /// The gang's open checkpoint round (JSON `crate::maintenance::model_round::Round`), SET NX
     /// with the round's budget as TTL: a notice on any member's node opens one round for the
     /// whole gang; a notice meanwhile on another member's node joins it.

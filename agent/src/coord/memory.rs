@@ -39,19 +39,15 @@ impl MemoryCoordinator {
 }
 
 /// The string at `key` (`None`: absent, or a key of another type).
-fn str_at<'d>(data: &'d Data, key: &str) -> Option<&'d String> {
-    match data.get(key).map(|e| &e.value) {
-        Some(Value::Str(s)) => Some(s),
-        _ => None,
-    }
+fn str_at(data: &Data, key: &str) -> Option<String> {
+    let Some(Value::Str(s)) = data.get(key).map(|e| &e.value) else { return None };
+    Some(s.clone())
 }
 
 /// The hash at `key` (empty when absent or of another type).
 fn hash_at(data: &Data, key: &str) -> HashMap<String, String> {
-    match data.get(key).map(|e| &e.value) {
-        Some(Value::Hash(h)) => h.clone(),
-        _ => HashMap::new(),
-    }
+    let Some(Value::Hash(h)) = data.get(key).map(|e| &e.value) else { return HashMap::new() };
+    h.clone()
 }
 
 /// The counter at `key` (0 when absent or not a number).
@@ -104,9 +100,7 @@ impl Coordinator for MemoryCoordinator {
 /// each part one of these).
 fn answer(data: &mut Data, now: Millis, request: Request) -> Reply {
     match request {
-        Request::GetMany(keys) => {
-            Reply::Values(keys.iter().map(|k| str_at(data, k).cloned()).collect())
-        }
+        Request::GetMany(keys) => Reply::Values(keys.iter().map(|k| str_at(data, k)).collect()),
         Request::SetNx { key, value, ttl } if !data.contains_key(&key) => {
             data.insert(key, Entry { value: Value::Str(value), expires: Some(now + ms(ttl)) });
             Reply::Done(true)
@@ -116,11 +110,9 @@ fn answer(data: &mut Data, now: Millis, request: Request) -> Reply {
             data.retain(|k, _| !keys.contains(k));
             Reply::Ok
         }
-        Request::OwnerTtl { key, token } => {
-            let left =
-                owned(data, &key, &token).map(|e| e.expires.map_or(Millis::MAX, |t| t - now));
-            Reply::Ttl(left)
-        }
+        Request::OwnerTtl { key, token } => Reply::Ttl(
+            owned(data, &key, &token).map(|e| e.expires.map_or(Millis::MAX, |t| t - now)),
+        ),
         Request::DelIfOwner { key, token } => {
             Reply::Done(owned(data, &key, &token).is_some() && data.remove(&key).is_some())
         }
@@ -176,20 +168,16 @@ fn incr_capped(data: &mut Data, now: Millis, key: String, cap: u64, ttl: Duratio
 
 /// An index's members with their scores, oldest first.
 fn index_members(data: &Data, key: &str) -> Vec<(String, Millis)> {
-    let mut v: Vec<(String, Millis)> = match data.get(key).map(|e| &e.value) {
-        Some(Value::Index(m)) => m.iter().map(|(k, s)| (k.clone(), *s)).collect(),
-        _ => Vec::new(),
-    };
+    let Some(Value::Index(m)) = data.get(key).map(|e| &e.value) else { return Vec::new() };
+    let mut v: Vec<(String, Millis)> = m.iter().map(|(k, s)| (k.clone(), *s)).collect();
     v.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
     v
 }
 
 /// The newest `count` entries of a stream, newest first.
 fn read_recent(data: &Data, key: &str, count: usize) -> Vec<TrailEntry> {
-    match data.get(key).map(|e| &e.value) {
-        Some(Value::Stream(q, _)) => q.iter().rev().take(count).cloned().collect(),
-        _ => Vec::new(),
-    }
+    let Some(Value::Stream(q, _)) = data.get(key).map(|e| &e.value) else { return Vec::new() };
+    q.iter().rev().take(count).cloned().collect()
 }
 
 /// One op of a batch; only a `Counter` answers (its value).
@@ -209,10 +197,9 @@ fn apply_op(data: &mut Data, now: Millis, op: &Op) -> Option<u64> {
         }
         // Add or refresh `member`, pruning members scored below `prune_before`.
         Op::IndexTouch { key, member, score, prune_before } => {
-            let prune_before = prune_before.unwrap_or(Millis::MIN);
             if let Value::Index(m) = typed(data, key, || Value::Index(HashMap::new())) {
                 m.insert(member.clone(), *score);
-                m.retain(|_, s| *s >= prune_before);
+                m.retain(|_, s| prune_before.is_none_or(|before| *s >= before));
             }
         }
         Op::Hdel { key, fields } => {

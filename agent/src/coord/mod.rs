@@ -45,6 +45,10 @@ pub enum CoordError {
 /// What a call to shared storage gives: its answer, or the [`CoordError`] that stopped it.
 pub(crate) type Result<T, E = CoordError> = std::result::Result<T, E>;
 
+/// The slice of (field, value) pairs of a hash write (or of a stream entry), in order: unsized,
+/// so always passed as `&Fields`.
+pub type Fields = [(String, String)];
+
 /// One trail entry as stored: its stream id and its fields.
 pub type TrailEntry = (String, HashMap<String, String>);
 
@@ -238,11 +242,10 @@ pub trait Coordinator: Send + Sync {
 
 /// A reply of the wrong shape: a backend's bug, reported as a failed command (never a panic).
 fn mismatch(coord: &dyn Coordinator, asked: &str, reply: Reply) -> CoordError {
-    let source = format!("{asked} was answered with {reply:?}").into();
     // NB: the error's text says "redis at" itself; a Redis coordinator's `describe()` too.
     let described = coord.describe();
     let addr = described.strip_prefix("redis at ").unwrap_or(&described).into();
-    CoordError::Command { addr, source }
+    CoordError::Command { addr, source: format!("{asked} was answered with {reply:?}").into() }
 }
 
 macro_rules! call {
@@ -315,12 +318,7 @@ impl<'a> dyn Coordinator + 'a {
         call!(self, Request::HgetallMany(keys.to_vec()), "HGETALL (many)", Reply::Hashes(h) => h)
     }
 
-    pub async fn append(
-        &self,
-        key: &str,
-        fields: &[(String, String)],
-        max_len: usize,
-    ) -> Result<()> {
+    pub async fn append(&self, key: &str, fields: &Fields, max_len: usize) -> Result<()> {
         let request = Request::Append { key: key.into(), fields: fields.to_vec(), max_len };
         call!(self, request, "XADD", Reply::Ok => ())
     }
@@ -360,25 +358,17 @@ impl<'a> dyn Coordinator + 'a {
 
     /// Set unconditionally with a TTL.
     pub async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<()> {
-        let op = Op::Set { key: key.to_string(), value: value.to_string(), ttl };
-        self.batch(&[op]).await.map(drop)
+        self.batch(&[Op::Set { key: key.into(), value: value.into(), ttl }]).await.map(drop)
     }
 
     /// Write a hash's fields; with a `ttl`, (re)set its TTL too (see [`Op::Hset`]).
-    pub async fn hset(
-        &self,
-        key: &str,
-        fields: &[(String, String)],
-        ttl: Option<Duration>,
-    ) -> Result<()> {
-        let op = Op::Hset { key: key.to_string(), fields: fields.to_vec(), ttl };
-        self.batch(&[op]).await.map(drop)
+    pub async fn hset(&self, key: &str, fields: &Fields, ttl: Option<Duration>) -> Result<()> {
+        self.batch(&[Op::Hset { key: key.into(), fields: fields.to_vec(), ttl }]).await.map(drop)
     }
 
     /// Read a counter (0 when absent).
     pub async fn counter(&self, key: &str) -> Result<u64> {
-        let op = Op::Counter { key: key.to_string() };
-        Ok(self.batch(&[op]).await?.first().copied().unwrap_or(0))
+        Ok(self.batch(&[Op::Counter { key: key.into() }]).await?.first().copied().unwrap_or(0))
     }
 
     /// Cheap liveness check for `/readyz`.
@@ -404,8 +394,7 @@ pub async fn read_workers_by_parts(
             }
             Err(e) => return Err(e),
         };
-        let values = coord.get_many(&w.keys).await?;
-        reads.push(WorkerRead { now, record, values });
+        reads.push(WorkerRead { now, record, values: coord.get_many(&w.keys).await? });
     }
     Ok(NodeRead { now, workers: reads })
 }
@@ -423,7 +412,7 @@ pub async fn write_status(
     coord: &dyn Coordinator,
     keys: &Keys,
     worker: &str,
-    fields: &[(String, String)],
+    fields: &Fields,
     heartbeat_field: &str,
 ) -> Result<Millis> {
     let now = coord.time().await?;

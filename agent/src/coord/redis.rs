@@ -155,13 +155,9 @@ impl RedisCoordinator {
             tls_mode: tls_of(&first.addr),
             redis_connection_info: Some(first.redis.clone()),
         };
-        let client = SentinelClient::build(
-            nodes,
-            service.to_string(),
-            Some(master),
-            SentinelServerType::Master,
-        )
-        .map_err(unreachable)?;
+        let name = service.to_string();
+        let client = SentinelClient::build(nodes, name, Some(master), SentinelServerType::Master)
+            .map_err(unreachable)?;
         Ok(Self::from_target(Target::Sentinel(Mutex::new(client)), addr, timeout))
     }
 

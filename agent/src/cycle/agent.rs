@@ -151,16 +151,15 @@ impl Agent {
         let coord: Arc<dyn Coordinator> = tally.clone();
         metrics.cycle.set_dry_run(cfg.dry_run);
         let instance = format!("{}-{:04x}", std::process::id(), rand::random::<u16>());
-        let trail = Trail {
-            coord: coord.clone(),
-            keys: keys.clone(),
-            instance: instance.clone(),
-            max_len: cfg.redis.trail_max_len,
-            metrics: metrics.clone(),
-            dry_run: cfg.dry_run,
-        };
         Agent {
-            journal: Journal::new(trail),
+            journal: Journal::new(Trail {
+                coord: coord.clone(),
+                keys: keys.clone(),
+                instance: instance.clone(),
+                max_len: cfg.redis.trail_max_len,
+                metrics: metrics.clone(),
+                dry_run: cfg.dry_run,
+            }),
             alerts: AlertGate::new(&instance),
             health: Arc::new(Health::default()),
             watch: NodeWatch::default(),
@@ -231,23 +230,18 @@ impl Agent {
         self
     }
 
-    /// Apply a reloaded configuration (see [`reload::merge`]: some keys keep their running
-    /// values).
-    pub(crate) fn apply_reload(&mut self, new: Config) {
-        let Some(cfg) = reload::merge(&self.ctx.cfg, new) else { return };
-        self.ctx.metrics.cycle.set_dry_run(cfg.dry_run);
-        self.journal.trail.dry_run = cfg.dry_run;
-        tracing::info!(dry_run = cfg.dry_run, "config reloaded");
-        self.ctx.cfg = cfg;
-    }
-
     /// One evaluation cycle over every opted-in worker of this node.
     pub async fn cycle(&mut self) -> CycleReport {
         let started = tokio::time::Instant::now();
         let mut report = CycleReport::default();
         self.health.beat().await;
-        if let Some(new) = reload::take(&mut self.reload) {
-            self.apply_reload(new);
+        // A SIGHUP's configuration (see `reload::merge`: some keys keep their running values).
+        let reloaded = reload::take(&mut self.reload);
+        if let Some(cfg) = reloaded.and_then(|new| reload::merge(&self.ctx.cfg, new)) {
+            self.ctx.metrics.cycle.set_dry_run(cfg.dry_run);
+            self.journal.trail.dry_run = cfg.dry_run;
+            tracing::info!(dry_run = cfg.dry_run, "config reloaded");
+            self.ctx.cfg = cfg;
         }
         if let Some(rx) = &self.watch.gpu {
             self.gpu = rx.borrow().clone();

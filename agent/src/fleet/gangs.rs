@@ -49,9 +49,8 @@ pub(crate) async fn views(
     let wanted: BTreeMap<String, Option<u32>> = tags.into_iter().map(|t| untag(&t)).collect();
     let mut out = Vec::new();
     for (gang, size) in wanted {
-        let all = read_view(coord, &keys, &gang, size).await?;
+        let members = gp::present(&read_view(coord, &keys, &gang, size).await?, now, t);
         let state = read_state(coord, &keys, &gang).await?;
-        let members = gp::present(&all, now, t);
         let verdict = gp::verdict(&members, now);
         let (first_stopped, stragglers) = match &verdict {
             gp::GangVerdict::Hung { first } => (Some(first.clone()), vec![]),

@@ -28,7 +28,10 @@ use crate::vocab::node_info::{place, NodeInfo};
 /// of a record a cycle has since replaced, landing after the cycle's, showed the old record (a
 /// runtime outage that had ended, verdicts since changed) until the next cycle.
 #[derive(Clone, Default)]
-pub(crate) struct SharedRecord(Arc<tokio::sync::Mutex<Option<(NodeRecord, tokio::time::Instant)>>>);
+pub(crate) struct SharedRecord(Arc<tokio::sync::Mutex<Published>>);
+
+/// The record last published, and when (`None` before the first publication).
+type Published = Option<(NodeRecord, tokio::time::Instant)>;
 
 impl SharedRecord {
     /// The record last published, if any.
@@ -124,7 +127,15 @@ impl Cycle {
         let mut ops = fleet::publish_ops(keys, &rec, ctx.cfg.fleet.heartbeat_ttl, upkeep);
         let marks = self.deferred.drain(..);
         ops.extend(marks.map(|(key, value)| Op::Set { key, value, ttl: MARK_TTL }));
-        ops.extend(self.gang_ops(ctx));
+        // The members' entries in their gangs' views: one hash write per gang shard, whatever
+        // the number of this node's members in it, with a TTL that outlives a silent agent's
+        // entries long enough to report them.
+        let mut by_key: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        for (key, field, value) in self.gangs.entries.drain(..) {
+            by_key.entry(key).or_default().push((field, value));
+        }
+        let ttl = Some(Timing::of(&ctx.cfg).view_ttl());
+        ops.extend(by_key.into_iter().map(|(key, fields)| Op::Hset { key, fields, ttl }));
         let caps = Caps::node(ctx.coord.as_ref(), keys, s);
         ops.extend(caps.counter_ops(now));
         let counters = shared
@@ -156,18 +167,6 @@ impl Cycle {
         let write = self.place_written.as_ref().is_none_or(|(was, at)| was != place || due(*at));
         Upkeep { place: write, prune: self.pruned_at.is_none_or(due) }
     }
-
-    /// The members' entries in their gangs' views: one hash write per gang shard, whatever the
-    /// number of this node's members in it, with a TTL that outlives a silent agent's entries
-    /// long enough to report them.
-    fn gang_ops(&mut self, ctx: &Context) -> Vec<Op> {
-        let ttl = Timing::of(&ctx.cfg).view_ttl();
-        let mut by_key: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
-        for (key, field, value) in self.gangs.entries.drain(..) {
-            by_key.entry(key).or_default().push((field, value));
-        }
-        by_key.into_iter().map(|(key, fields)| Op::Hset { key, fields, ttl: Some(ttl) }).collect()
-    }
 }
 
 /// Re-publish the last record, stamped with the coordinator's clock, whenever it is `every`
@@ -187,9 +186,7 @@ pub(crate) async fn heartbeat_loop(
         // heartbeat costs nothing); the clock is read outside the lock, then the record is
         // taken again under it, held to the write: a cycle's publication waits for this one's
         // write, never lands before it, and one that landed meanwhile is not written over.
-        let stale = |last: &Option<(NodeRecord, tokio::time::Instant)>| {
-            last.as_ref().is_some_and(|(_, at)| at.elapsed() >= every)
-        };
+        let stale = |last: &Published| last.as_ref().is_some_and(|(_, at)| at.elapsed() >= every);
         if !stale(&*record.0.lock().await) {
             continue;
         }

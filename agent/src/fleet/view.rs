@@ -68,17 +68,15 @@ impl NodeRecord {
     /// `None` empty (`runtime_down` while the runtime is up).
     pub(crate) fn fields(&self) -> Vec<(String, String)> {
         let Ok(Value::Object(map)) = serde_json::to_value(self) else { return Vec::new() };
-        let mut out: Vec<(String, String)> = map
-            .into_iter()
+        let hours = serde_json::to_string(&self.lost_hours).unwrap_or_else(|_| "{}".into());
+        map.into_iter()
             .map(|(k, v)| match v {
                 Value::String(s) => (k, s),
                 Value::Null => (k, String::new()),
                 v => (k, v.to_string()),
             })
-            .collect();
-        let hours = serde_json::to_string(&self.lost_hours).unwrap_or_else(|_| "{}".into());
-        out.push(("lost_hours".into(), hours));
-        out
+            .chain([("lost_hours".into(), hours)])
+            .collect()
     }
 
     pub(crate) fn from_fields(f: &std::collections::HashMap<String, String>) -> Option<NodeRecord> {

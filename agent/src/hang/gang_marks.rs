@@ -3,38 +3,31 @@
 //! keys (incident, decision, last restart, run of fruitless restarts). Read by a member's agent
 //! (`crate::hang::restart::gang`), a checkpoint round, a drill, and `vigil status` / `explain`.
 
-use crate::coord::{CoordError, Coordinator, Keys};
+use crate::coord::{Coordinator, Keys, Result};
 use crate::hang::model_gang::{GangState, Member};
 use crate::hang::policy_gang as gp;
 
 /// Every member's entry: every shard of the gang's view (one pipelined round trip).
 pub(crate) async fn read_view(
     coord: &dyn Coordinator,
-    keys: &Keys,
+    k: &Keys,
     gang: &str,
     size: Option<u32>,
-) -> Result<Vec<Member>, CoordError> {
-    let shards: Vec<String> = (0..gp::shards(size)).map(|s| keys.gang_members(gang, s)).collect();
+) -> Result<Vec<Member>> {
+    let shards: Vec<String> = (0..gp::shards(size)).map(|s| k.gang_members(gang, s)).collect();
     let hashes = coord.hgetall_many(&shards).await?;
-    Ok(hashes
-        .iter()
-        .flat_map(|h| h.values())
-        .filter_map(|v| serde_json::from_str(v).ok())
-        .collect())
+    let entries = hashes.iter().flat_map(|h| h.values());
+    Ok(entries.filter_map(|v| serde_json::from_str(v).ok()).collect())
 }
 
 /// The gang's incident, decision, last restart and run of fruitless restarts (one round trip,
 /// one slot).
-pub(crate) async fn read_state(
-    coord: &dyn Coordinator,
-    keys: &Keys,
-    gang: &str,
-) -> Result<GangState, CoordError> {
+pub(crate) async fn read_state(coord: &dyn Coordinator, k: &Keys, gang: &str) -> Result<GangState> {
     let state_keys = [
-        keys.gang_incident(gang),
-        keys.gang_decision(gang),
-        keys.gang_restarted(gang),
-        keys.gang_fruitless(gang),
+        k.gang_incident(gang),
+        k.gang_decision(gang),
+        k.gang_restarted(gang),
+        k.gang_fruitless(gang),
     ];
     Ok(GangState::decode(&coord.get_many(&state_keys).await?))
 }

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::clock::{Millis, Stamp};
-use crate::coord::{CoordError, Coordinator, Keys, NodeRead, WorkerKeys, WorkerRead};
+use crate::coord::{Coordinator, Keys, NodeRead, Result, WorkerKeys, WorkerRead};
 use crate::hang::model::{Episode, Fruitless, Incident, Marks, Retry};
 use crate::hang::model_rhythm::History;
 use crate::hang::policy_life::Claim;
@@ -68,9 +68,8 @@ impl Slot {
 /// incarnation, the node lock, the retry record and the episodes. Public for the fleet
 /// benchmark, which replays exactly this read.
 pub fn worker_keys(k: &Keys, worker: &str) -> Vec<String> {
-    let mut keys: Vec<String> = Slot::VARIANTS.iter().map(|s| s.key(k, worker)).collect();
-    keys.extend(Episode::ALL.iter().map(|e| k.episode(worker, e.as_str())));
-    keys
+    let episodes = Episode::ALL.iter().map(|e| k.episode(worker, e.as_str()));
+    Slot::VARIANTS.iter().map(|s| s.key(k, worker)).chain(episodes).collect()
 }
 
 /// What one worker's read asks for: its record and its marks.
@@ -78,24 +77,16 @@ pub fn worker_read_keys(k: &Keys, worker: &str) -> WorkerKeys {
     WorkerKeys { record: k.status(worker), keys: worker_keys(k, worker) }
 }
 
-/// The clock and every listed worker's record and marks, in one round trip: the cycle's read of
-/// its node, whatever the number of workers.
-pub(crate) async fn read_node(
-    coord: &dyn Coordinator,
-    k: &Keys,
-    workers: &[&str],
-) -> Result<NodeRead, CoordError> {
-    let asked: Vec<WorkerKeys> = workers.iter().map(|w| worker_read_keys(k, w)).collect();
+/// The clock and the record and marks of every worker of `ids`, in one round trip: the cycle's
+/// read of its node, whatever the number of workers.
+pub(crate) async fn read_node(coord: &dyn Coordinator, k: &Keys, ids: &[&str]) -> Result<NodeRead> {
+    let asked: Vec<WorkerKeys> = ids.iter().map(|w| worker_read_keys(k, w)).collect();
     coord.read_workers(&asked).await
 }
 
 /// The clock, the record and every mark of one worker, in one round trip (a worker read again
 /// on its own: see `crate::cycle::agent`).
-pub(crate) async fn read(
-    coord: &dyn Coordinator,
-    k: &Keys,
-    worker: &str,
-) -> Result<WorkerRead, CoordError> {
+pub(crate) async fn read(coord: &dyn Coordinator, k: &Keys, worker: &str) -> Result<WorkerRead> {
     coord.read_worker(&k.status(worker), &worker_keys(k, worker)).await
 }
 
@@ -147,12 +138,8 @@ pub(crate) fn decode(v: &[Option<String>]) -> Decoded {
         rhythm: get(Slot::Rhythm).and_then(|s| History::decode(&s)),
         gang_line: get(Slot::GangLine).and_then(|s| s.parse().ok()),
     };
-    Decoded {
-        marks,
-        incarnation: get(Slot::Incarnation),
-        cooldown: get(Slot::Cooldown),
-        locked: get(Slot::Lock).is_some(),
-    }
+    let (incarnation, cooldown) = (get(Slot::Incarnation), get(Slot::Cooldown));
+    Decoded { marks, incarnation, cooldown, locked: get(Slot::Lock).is_some() }
 }
 
 /// The retry record: `"<incident_id>:<failures>:<not_before_ms>"`.
@@ -163,8 +150,7 @@ pub(crate) fn encode_retry(r: &Retry) -> String {
 fn parse_retry(s: &str) -> Option<Retry> {
     let mut parts = s.splitn(3, ':');
     let incident = parts.next()?.to_string();
-    let failures = parts.next()?.parse().ok()?;
-    let not_before = parts.next()?.parse().ok()?;
+    let (failures, not_before) = (parts.next()?.parse().ok()?, parts.next()?.parse().ok()?);
     Some(Retry { incident, failures, not_before })
 }
 

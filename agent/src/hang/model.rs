@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 
+use serde::{Deserialize, Deserializer};
+
 use crate::clock::{Millis, Stamp};
 use crate::runtime::container::ALERT_ONLY;
 
@@ -132,10 +134,9 @@ impl WorkerStatus {
     pub(crate) fn ranks_from_fields(fields: &HashMap<String, String>) -> Option<Vec<WorkerStatus>> {
         let n = ranks(fields)?;
         let of_rank = |r| {
-            let mut s = Self::read(fields, Some(r)).unwrap_or_else(|| Self::container_wide(fields));
-            s.job = s.job.or_else(|| Self::text(fields, "job"));
-            s.rank = Some((r, n));
-            s
+            let s = Self::read(fields, Some(r)).unwrap_or_else(|| Self::container_wide(fields));
+            let job = s.job.or_else(|| Self::text(fields, "job"));
+            WorkerStatus { job, rank: Some((r, n)), ..s }
         };
         Some((0..n).map(of_rank).collect())
     }
@@ -150,12 +151,9 @@ impl WorkerStatus {
     /// step of its last durable checkpoint: `checkpoint_step`), on a `processing` record that
     /// says nothing else: a rank that wrote nothing yet is that, with no heartbeat.
     fn container_wide(fields: &HashMap<String, String>) -> WorkerStatus {
-        WorkerStatus {
-            alert_only: fields.get("restarts").is_some_and(|v| v.trim() == ALERT_ONLY),
-            gang: gang_of(fields),
-            checkpoint_step: fields.get("checkpoint_step").and_then(|s| s.trim().parse().ok()),
-            ..WorkerStatus::default()
-        }
+        let alert_only = fields.get("restarts").is_some_and(|v| v.trim() == ALERT_ONLY);
+        let checkpoint_step = fields.get("checkpoint_step").and_then(|s| s.trim().parse().ok());
+        Self { alert_only, gang: gang_of(fields), checkpoint_step, ..Self::default() }
     }
 
     /// One process's status: the container's one, or rank `rank`'s (its fields `state@r`...).
@@ -163,10 +161,8 @@ impl WorkerStatus {
         let f = |k: &str| rank_field(k, rank);
         // NB: a record holding only the agent's checkpoint fields (a worker that never
         // published) is still "no record": the worker has said nothing about itself.
-        if !fields.contains_key(&f("state")) && !fields.contains_key(&f("heartbeat")) {
-            return None;
-        }
-        Some(WorkerStatus {
+        let said = fields.contains_key(&f("state")) || fields.contains_key(&f("heartbeat"));
+        said.then(|| WorkerStatus {
             state: WorkerState::parse(fields.get(&f("state")).map(String::as_str).unwrap_or("")),
             heartbeat: fields.get(&f("heartbeat")).and_then(|h| seconds_ms(h, f64::INFINITY)),
             job: Self::text(fields, &f("job")),
@@ -210,11 +206,8 @@ pub(crate) fn valid_state(state: &str) -> bool {
 /// `s` is 1 to `max` characters of `[A-Za-z0-9._-]` and `extra`: the one rule behind worker
 /// ids, states and gang ids, which all end up in key names or log lines.
 fn is_word(s: &str, max: usize, extra: &[char]) -> bool {
-    !s.is_empty()
-        && s.len() <= max
-        && s.chars().all(|c| {
-            c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') || extra.contains(&c)
-        })
+    (1..=max).contains(&s.len())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c) || extra.contains(&c))
 }
 
 /// Longest worker-supplied text kept from a record (`job`, `progress`, an unknown state).
@@ -282,8 +275,7 @@ impl Fruitless {
     pub(crate) fn decode(text: &str) -> Option<Fruitless> {
         let mut it = text.split(':');
         let count = it.next()?.parse().ok()?;
-        let since = it.next()?.parse().ok()?;
-        let last = it.next()?.parse().ok()?;
+        let (since, last) = (it.next()?.parse().ok()?, it.next()?.parse().ok()?);
         // `-`: no number; anything else that is not one: no run.
         let past =
             Some(it.next()?).filter(|p| *p != "-").map(str::parse::<u64>).transpose().ok()?;
@@ -300,7 +292,7 @@ pub(crate) struct Retry {
 }
 
 /// An incident timer (`"<start_ms>:<incident_id>"`, a [`Stamp`]): a worker's, or a gang's
-/// (`crate::hang::model_gang::GangIncident`).
+/// (`crate::hang::model_gang::GangState::incident`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Incident {
     pub(crate) started: Millis,
@@ -380,10 +372,8 @@ impl Verdict {
     /// A verdict another agent wrote (a gang member's entry): a name this build does not know
     /// (a newer agent's) reads as `Unreachable` — neither stopped nor booting, so it blocks a
     /// gang restart rather than joining one it cannot judge.
-    pub(crate) fn read_lenient<'de, D: serde::Deserializer<'de>>(
-        d: D,
-    ) -> Result<Verdict, D::Error> {
-        let name = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(d)?;
+    pub(crate) fn read_lenient<'de, D: Deserializer<'de>>(d: D) -> Result<Verdict, D::Error> {
+        let name = <std::borrow::Cow<'de, str> as Deserialize>::deserialize(d)?;
         Ok(Verdict::from_name(&name).unwrap_or(Verdict::Unreachable))
     }
 }

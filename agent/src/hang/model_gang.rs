@@ -141,14 +141,8 @@ impl Member {
     /// `at`, silent for up to 2 min, nothing else known (the base of replays and tests).
     pub(crate) fn working(node: &str, worker: &str, at: Millis) -> Member {
         // NB: the default verdict is `Healthy`, the default activity `Working`.
-        Member {
-            node: node.into(),
-            worker: worker.into(),
-            heartbeat: Some(at),
-            silence: 120_000,
-            at,
-            ..Member::default()
-        }
+        let (node, worker) = (node.to_string(), worker.to_string());
+        Member { node, worker, heartbeat: Some(at), silence: 120_000, at, ..Member::default() }
     }
 
     /// The member's id in its gang: `<node>/<worker>`.
@@ -166,10 +160,6 @@ pub(crate) fn tag(gang: &str, size: Option<u32>) -> String {
     size.map_or_else(|| gang.to_string(), |n| format!("{gang}|{n}"))
 }
 
-/// A gang incident: the collective stopped. The same timer as a worker's incident
-/// (`"<start_ms>:<incident_id>"`), under the gang's key.
-pub(crate) type GangIncident = Incident;
-
 /// The gang's restart decision for an incident (`"<decided_ms>:<incident_id>"`, and
 /// `"|<member id>"` when one member's restart restarts them all).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,7 +175,9 @@ pub(crate) struct Decision {
 /// The gang's shared state.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct GangState {
-    pub(crate) incident: Option<GangIncident>,
+    /// The gang's incident (the collective stopped): the same timer as a worker's incident,
+    /// under the gang's key.
+    pub(crate) incident: Option<Incident>,
     pub(crate) decision: Option<Decision>,
     /// When the gang was last restarted (a closed incident's decision).
     pub(crate) restarted: Option<Millis>,
@@ -196,11 +188,10 @@ pub(crate) struct GangState {
 impl Decision {
     pub(crate) fn decode(s: &str) -> Option<Decision> {
         let s = Stamp::parse(s)?;
-        let (incident, only) = match s.rest.split_once('|') {
-            Some((inc, m)) => (inc.to_string(), Some(m.to_string())),
-            None => (s.rest, None),
-        };
-        Some(Decision { decided: s.at, incident, only })
+        // `<incident>|<member>`, or the incident alone.
+        let (incident, only) = s.rest.split_once('|').unzip();
+        let incident = incident.unwrap_or(s.rest.as_str()).to_string();
+        Some(Decision { decided: s.at, incident, only: only.map(str::to_string) })
     }
     pub(crate) fn encode(&self) -> String {
         let only = self.only.as_ref().map_or_else(String::new, |m| format!("|{m}"));
@@ -213,7 +204,7 @@ impl GangState {
     pub(crate) fn decode(values: &[Option<String>]) -> GangState {
         let at = |i: usize| values.get(i).and_then(|v| v.as_deref());
         GangState {
-            incident: at(0).and_then(GangIncident::decode),
+            incident: at(0).and_then(Incident::decode),
             decision: at(1).and_then(Decision::decode),
             restarted: at(2).and_then(|v| v.parse().ok()),
             fruitless: at(3).and_then(Fruitless::decode),

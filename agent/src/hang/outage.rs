@@ -13,6 +13,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::alerts::{Alert, AlertKind};
 use crate::backoff::Backoff;
 use crate::clock::Millis;
@@ -30,13 +32,13 @@ const OUTAGE_WITHIN_AT_LEAST: Duration = Duration::from_secs(60);
 pub(crate) struct Outages {
     coord_down: bool,
     /// When a cycle last failed at a coordinator error.
-    failed_at: Option<tokio::time::Instant>,
+    failed_at: Option<Instant>,
     /// A failed cycle that starts within this long of the last failure makes an outage (three
     /// poll intervals — a failure, a good cycle, a failure, with the waits between — at least
     /// [`OUTAGE_WITHIN_AT_LEAST`]).
     outage_within: Duration,
     /// When the coordinator last came back (for the coordinator-down alert's hysteresis).
-    up_since: Option<tokio::time::Instant>,
+    up_since: Option<Instant>,
     runtime_down: bool,
     /// Since when the runtime is down, as the node's record says (the coordinator's clock).
     runtime_since: Option<Millis>,
@@ -75,7 +77,7 @@ impl Outages {
     pub(crate) fn coordinator_ok(&mut self, ctx: &Context) {
         if self.coord_down {
             tracing::info!(coordinator = %ctx.coord.describe(), "coordinator reachable again; restarts resume with the timers it kept");
-            self.up_since = Some(tokio::time::Instant::now());
+            self.up_since = Some(Instant::now());
         }
         self.coord_down = false;
         self.backoff.reset();
@@ -89,7 +91,7 @@ impl Outages {
         &mut self,
         ctx: &Context,
         e: &CoordError,
-        started: tokio::time::Instant,
+        started: Instant,
     ) {
         ctx.metrics.backends.coordinator_error();
         ctx.metrics.backends.set_coordinator_up(false);
@@ -98,7 +100,7 @@ impl Outages {
         let flapping = self.up_since.is_some_and(|t| t.elapsed() < REALERT_AFTER);
         let since = |t| started.saturating_duration_since(t);
         let again = (self.failed_at).is_some_and(|t| since(t) <= self.outage_within);
-        self.failed_at = Some(tokio::time::Instant::now());
+        self.failed_at = Some(Instant::now());
         if self.coord_down {
             return;
         }

@@ -103,9 +103,8 @@ pub(crate) fn verdict(
         return v;
     }
     // NB: a heartbeat far in the future makes the record invalid: it would look fresh for ever.
-    let Some(status) = status.filter(|s| heartbeat_from_future(s, now).is_none()) else {
-        return Verdict::Unreachable;
-    };
+    let valid = status.filter(|s| heartbeat_from_future(s, now).is_none());
+    let Some(status) = valid else { return Verdict::Unreachable };
     match status.state {
         WorkerState::Processing | WorkerState::Other(_) => working(status, marks, node, now, cfg),
         WorkerState::Error => match marks.error_since {
@@ -169,15 +168,19 @@ pub(crate) enum TimerEnd {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Effect {
     /// Record this stale heartbeat as the first sighting (SET, with when it was seen).
-    RecordSuspect {
-        heartbeat: Millis,
-    },
+    RecordSuspect { heartbeat: Millis },
+    /// Forget the recorded sighting: the record is not stale and the silence is broken (the
+    /// worker beat again, or there is no record at all, or one without a heartbeat or in a state
+    /// not watched: `idle`, `error`), or the timer is suppressed (our restart, maintenance, or a
+    /// `paused` or `exited` verdict).
     ClearSuspect,
     /// Record the start of an error state (SET NX: the first observer's time stands).
     MarkErrorSince,
+    /// Forget when the error state began: the record is no longer in `error`.
     ClearErrorSince,
     /// Record a new progress marker value (it changed or was never seen).
     RecordProgress(String),
+    /// Forget the progress marker: the record is not a fresh `processing` one with a marker.
     ClearProgress,
     /// Close the incident timer.
     ClearIncident(TimerEnd),
@@ -218,8 +221,7 @@ pub(crate) fn plan(
     let suppress = matches!(action, Action::SuppressAndClear | Action::Checkpoint)
         || matches!(v, Verdict::Paused | Verdict::Exited);
 
-    let mut fx = Vec::new();
-    fx.extend(suspect_effects(stale, status, marks, suppress));
+    let mut fx = Vec::from_iter(suspect_effects(stale, status, marks, suppress));
     match (in_error, marks.error_since) {
         // Not while booting: our restart cleared it, and the new incarnation gets its own clock.
         (true, None) if v != Verdict::Booting => fx.push(Effect::MarkErrorSince),
@@ -228,7 +230,12 @@ pub(crate) fn plan(
     }
     fx.extend(progress_effect(stale, status, marks));
     let still_broken = stale || in_error;
-    fx.extend(timer_end(v, still_broken, status, marks).map(Effect::ClearIncident));
+    // Timers are cleared only when the *data* says the worker is fine, never because this
+    // instance has not confirmed yet: another instance may be one observation ahead.
+    let readable =
+        status.is_some_and(|s| s.state != WorkerState::Processing || s.heartbeat.is_some());
+    let fine = !still_broken && readable && !silence_unbroken(status, marks);
+    fx.extend(timer_end(v, fine, marks).map(Effect::ClearIncident));
     // Escalation looks at the data, not at the verdict: a worker still broken after our restart
     // is a page even while its cooldown marker stands.
     let escalate = marks.restarted_at.is_some_and(|restarted| {
@@ -244,13 +251,14 @@ pub(crate) fn plan(
         fx.push(Effect::ClearFruitless);
     }
     fx.extend(episode_effects(v, marks));
-    if action == Action::RestartPipeline && marks.incident.is_none() {
+    let pipeline = action == Action::RestartPipeline;
+    if pipeline && marks.incident.is_none() {
         fx.push(Effect::OpenIncident);
     }
     if escalate {
         fx.push(Effect::Escalate);
     }
-    if action == Action::RestartPipeline {
+    if pipeline {
         fx.extend([Effect::AlertIncident, Effect::ConsiderRestart]);
     }
     fx
@@ -261,20 +269,18 @@ pub(crate) fn plan(
 /// [`Effect::Gang`] instead, while the member is stale, in error or booting (its gang may be
 /// hung, deciding, or done).
 pub(crate) fn for_gang(
-    mut effects: Vec<Effect>,
+    mut fx: Vec<Effect>,
     status: Option<&WorkerStatus>,
     marks: &Marks,
     now: Millis,
     cfg: &PolicyConfig,
 ) -> Vec<Effect> {
     let broken = status.is_some_and(|s| is_stale(s, now, cfg) || s.state == WorkerState::Error);
-    effects.retain(|e| {
-        !matches!(e, Effect::AlertIncident | Effect::ConsiderRestart | Effect::Escalate)
-    });
+    fx.retain(|e| !matches!(e, Effect::AlertIncident | Effect::ConsiderRestart | Effect::Escalate));
     if broken || marks.cooldown {
-        effects.push(Effect::Gang);
+        fx.push(Effect::Gang);
     }
-    effects
+    fx
 }
 
 /// Suspect sighting: recorded on every stale observation of a new heartbeat value; cleared when
@@ -317,14 +323,9 @@ fn progress_effect(stale: bool, status: Option<&WorkerStatus>, marks: &Marks) ->
     }
 }
 
-/// Whether (and why) an open incident timer closes this cycle (`broken`: the record is stale or
-/// in error).
-fn timer_end(
-    v: Verdict,
-    broken: bool,
-    status: Option<&WorkerStatus>,
-    marks: &Marks,
-) -> Option<TimerEnd> {
+/// Whether (and why) an open incident timer closes this cycle (`fine`: the data says the worker
+/// is fine: neither stale nor in error, readable, its silence broken).
+fn timer_end(v: Verdict, fine: bool, marks: &Marks) -> Option<TimerEnd> {
     marks.incident.as_ref()?;
     match v.action() {
         _ if matches!(v, Verdict::Paused | Verdict::Exited) => Some(TimerEnd::Paused),
@@ -332,12 +333,7 @@ fn timer_end(
         Action::SuppressAndClear => Some(TimerEnd::Booting),
         Action::Checkpoint => Some(TimerEnd::Maintenance),
         Action::Observe | Action::AlertOnly | Action::AlertNoRestart | Action::None => {
-            // Timers are cleared only when the *data* says the worker is fine, never because this
-            // instance has not confirmed yet: another instance may be one observation ahead.
-            let readable =
-                status.is_some_and(|s| s.state != WorkerState::Processing || s.heartbeat.is_some());
-            let recovered = !broken && readable && !silence_unbroken(status, marks);
-            recovered.then_some(TimerEnd::Recovered)
+            fine.then_some(TimerEnd::Recovered)
         }
     }
 }

@@ -55,24 +55,15 @@ pub(crate) struct Beat {
 impl Beat {
     /// A worker's record as a beat (none without a record).
     pub(crate) fn of_worker(status: Option<&WorkerStatus>) -> Option<Beat> {
-        status.map(|s| Beat {
-            at: s.heartbeat,
-            after: None,
-            step: position(Some(s)),
-            in_error: s.state == WorkerState::Error,
-            error_counts: false,
-        })
+        let s = status?;
+        let (step, in_error) = (position(Some(s)), s.state == WorkerState::Error);
+        Some(Beat { at: s.heartbeat, after: None, step, in_error, error_counts: false })
     }
 
     /// A member's entry as a beat.
     pub(crate) fn of_member(m: &Member) -> Beat {
-        Beat {
-            at: m.heartbeat,
-            after: m.line,
-            step: m.step,
-            in_error: m.activity == Activity::Error,
-            error_counts: true,
-        }
+        let in_error = m.activity == Activity::Error;
+        Beat { at: m.heartbeat, after: m.line, step: m.step, in_error, error_counts: true }
     }
 
     /// Every member's entry as a beat.
@@ -143,11 +134,8 @@ pub(crate) fn describe(f: &Fruitless, whose: RunOf<'_>) -> String {
             format!("not restarting gang {gang} until a member gets past that (or the gang's fruitless mark is removed)"),
         ),
     };
-    format!(
-        "restarts are not helping: {} {restarts}, {past} since {}; {until}",
-        f.count,
-        rfc3339(f.since)
-    )
+    let (count, since) = (f.count, rfc3339(f.since));
+    format!("restarts are not helping: {count} {restarts}, {past} since {since}; {until}")
 }
 
 #[cfg(test)]

@@ -158,20 +158,15 @@ pub(crate) enum Basis {
 /// incident's start — and, once any member holds a learned rule, past the moment the fixed rule
 /// stopped a member (`stale_after`, or its grace, past its last beat, and the confirming look):
 /// an incident opened on learned evidence that no longer holds (a member's agent lost its rule)
-/// is never restarted sooner than the fixed rule would.
-pub(crate) fn due_on(
-    started: Millis,
-    members: &[Member],
-    now: Millis,
-    t: &Timing,
-) -> Option<Basis> {
-    let learned = learned_stop(members).filter(|&(since, wait)| now - since.max(started) >= wait);
+/// is never restarted sooner than the fixed rule would. `opened`: the incident's start.
+pub(crate) fn due_on(opened: Millis, members: &[Member], now: Millis, t: &Timing) -> Option<Basis> {
+    let learned = learned_stop(members).filter(|&(since, wait)| now - since.max(opened) >= wait);
     if let Some((since, wait)) = learned {
         return Some(Basis::Learned { since, wait });
     }
     let from = match members.iter().any(|m| m.learned.is_some()) {
-        false => Some(started),
-        true => fixed_stop(members, t).map(|at| at.max(started)),
+        false => Some(opened),
+        true => fixed_stop(members, t).map(|at| at.max(opened)),
     };
     from.filter(|from| now - from >= t.restart_delay).map(|_| Basis::Fixed)
 }
@@ -189,23 +184,18 @@ pub(crate) fn decidable(started: Millis, members: &[Member], now: Millis, t: &Ti
 /// already) or a hung one its allowed silence past its last beat and the confirming look later.
 /// `None`: no member is stopped by the fixed rule.
 fn fixed_stop(members: &[Member], t: &Timing) -> Option<Millis> {
-    members
-        .iter()
-        .filter(|m| stopped(m))
-        .map(|m| match (m.verdict, m.heartbeat) {
-            (Verdict::Hung, Some(hb)) => hb + m.silence + t.confirm_after,
-            _ => Millis::MIN,
-        })
-        .min()
+    let at = |m: &Member| match (m.verdict, m.heartbeat) {
+        (Verdict::Hung, Some(hb)) => hb + m.silence + t.confirm_after,
+        _ => Millis::MIN,
+    };
+    members.iter().filter(|m| stopped(m)).map(at).min()
 }
 
 /// The member that stopped making progress first: the earliest last heartbeat among those not
 /// moving (one that never beat first of all); ties by id.
 pub(crate) fn first_stopped(members: &[Member], now: Millis) -> Option<&Member> {
-    members
-        .iter()
-        .filter(|m| !moving(m, now))
-        .min_by_key(|m| (m.heartbeat.unwrap_or(Millis::MIN), m.id()))
+    let stopped_at = |m: &&Member| (m.heartbeat.unwrap_or(Millis::MIN), m.id());
+    members.iter().filter(|m| !moving(m, now)).min_by_key(stopped_at)
 }
 
 /// When one member's restart restarts every member (its pod's controllers: a JobSet that
@@ -231,11 +221,10 @@ fn mixed_restarts(members: &[Member]) -> Option<String> {
     if ways.len() < 2 || members.iter().all(|m| m.one_for_all.is_none()) {
         return None;
     }
-    let said: Vec<String> =
-        ways.iter().map(|(way, ids)| format!("{way}: {}", ids.join(", "))).collect();
+    let said = ways.iter().map(|(way, ids)| format!("{way}: {}", ids.join(", ")));
+    let said = said.collect::<Vec<_>>().join("; ");
     Some(format!(
-        "the members are restarted different ways by their controllers ({}): one decision cannot restart them all",
-        said.join("; ")
+        "the members are restarted different ways by their controllers ({said}): one decision cannot restart them all"
     ))
 }
 
@@ -269,10 +258,8 @@ pub(crate) fn blockers(
     for m in members {
         *on_node.entry(m.node.as_str()).or_default() += 1;
     }
-    for m in members {
-        let here = on_node.get(m.node.as_str()).copied().unwrap_or(1);
-        why.extend(member_blocker(m, here, now, t));
-    }
+    let here = |m: &Member| on_node.get(m.node.as_str()).copied().unwrap_or(1);
+    why.extend(members.iter().filter_map(|m| member_blocker(m, here(m), now, t)));
     why
 }
 
@@ -288,11 +275,9 @@ pub(crate) fn starting(members: &[Member]) -> Option<String> {
 /// members on its node (each takes a unit of that node's breaker).
 fn member_blocker(m: &Member, here: u64, now: Millis, t: &Timing) -> Option<String> {
     let (id, node) = (m.id(), &m.node);
-    if now - m.at > t.silent_after {
-        return Some(format!(
-            "{id}: the agent on {node} has been silent for {}",
-            human(now - m.at)
-        ));
+    let silent = now - m.at;
+    if silent > t.silent_after {
+        return Some(format!("{id}: the agent on {node} has been silent for {}", human(silent)));
     }
     if let Some(sd) = &m.stand_down {
         return Some(format!("{id}: {sd} on {node}"));
@@ -341,15 +326,12 @@ pub(crate) fn incident_over(
 ) -> bool {
     let Some(inc) = &state.incident else { return false };
     let beat_since = |m: &Member, at: Millis| m.heartbeat.is_some_and(|hb| hb > at);
-    match state.current_decision() {
-        Some(d) => {
-            let all_beat = !members.is_empty() && members.iter().all(|m| beat_since(m, d.decided));
-            all_beat || now - d.decided >= t.cooldown
-        }
-        None => {
-            members.iter().any(|m| m.activity == Activity::Working && beat_since(m, inc.started))
-        }
-    }
+    let Some(d) = state.current_decision() else {
+        let moved = |m: &Member| m.activity == Activity::Working && beat_since(m, inc.started);
+        return members.iter().any(moved);
+    };
+    let all_beat = !members.is_empty() && members.iter().all(|m| beat_since(m, d.decided));
+    all_beat || now - d.decided >= t.cooldown
 }
 
 /// What a member's agent does for its gang this cycle, in order.

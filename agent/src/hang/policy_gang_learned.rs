@@ -27,15 +27,11 @@ pub(crate) fn past_rhythm(m: &Member) -> Option<bool> {
 /// learning off on its node, an agent too old to say — or one within its silence): the fixed
 /// rule alone.
 pub(crate) fn learned_stop(members: &[Member]) -> Option<(Millis, Millis)> {
-    let mut since = Millis::MIN;
-    let mut wait = 0;
+    let (mut since, mut wait) = (Millis::MIN, 0);
     for m in members {
         let ordinary = matches!(m.verdict, Verdict::Healthy | Verdict::Suspect | Verdict::Hung);
-        let (Some(l), Some(hb), true, Activity::Working, Some(true)) =
-            (m.learned, m.heartbeat, ordinary, m.activity, past_rhythm(m))
-        else {
-            return None;
-        };
+        let shown = (m.learned, m.heartbeat, ordinary, m.activity, past_rhythm(m));
+        let (Some(l), Some(hb), true, Activity::Working, Some(true)) = shown else { return None };
         since = since.max(hb + l.silence);
         wait = wait.max(l.wait);
     }

@@ -4,7 +4,7 @@
 //! (`crate::hang::policy_life::follows`), and the plan's restarts follow the stage.
 
 use super::*;
-use crate::hang::model_gang::GangIncident;
+use crate::hang::model::Incident;
 use crate::hang::policy_life::follows;
 use crate::hang::policy_pipeline::Unit;
 
@@ -78,7 +78,7 @@ fn walk(w: World, rules: &Rules, minutes: i64) -> (Vec<Stage>, Vec<GangStep>) {
         }
         let v = verdict(&members, now);
         if let (GangVerdict::Hung { .. }, None) = (&v, &state.incident) {
-            state.incident = Some(GangIncident { started: now, id: format!("g{now}") });
+            state.incident = Some(Incident { started: now, id: format!("g{now}") });
         }
         let s = stage(&state, &members, now, &t);
         let last = *seen.last().unwrap();

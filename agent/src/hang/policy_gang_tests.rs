@@ -1,5 +1,5 @@
 use super::*;
-use crate::hang::model_gang::GangIncident;
+use crate::hang::model::Incident;
 
 const S: Millis = 1_000;
 
@@ -29,7 +29,7 @@ fn m(n: &str, verdict: &str, hb: Millis, at: Millis) -> Member {
 }
 
 pub(super) fn open(started: Millis) -> GangState {
-    GangState { incident: Some(GangIncident { started, id: "g1".into() }), ..GangState::default() }
+    GangState { incident: Some(Incident { started, id: "g1".into() }), ..GangState::default() }
 }
 
 #[test]

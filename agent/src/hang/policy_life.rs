@@ -213,8 +213,7 @@ fn moves_on(unit: Unit, from: Stage) -> &'static [Stage] {
 /// (besides quiet, which every stage may return to), from [`follows`].
 pub(crate) fn table(unit: Unit) -> Vec<(Stage, Vec<Stage>)> {
     let stages = Stage::of(unit);
-    let moves =
-        |from: Stage, to: Stage| to != from && to != Stage::Quiet && follows(unit, from, to);
+    let moves = |from, to| to != from && to != Stage::Quiet && follows(unit, from, to);
     let onward = |from: Stage| stages.iter().copied().filter(|&to| moves(from, to)).collect();
     stages.iter().map(|&from| (from, onward(from))).collect()
 }

@@ -78,13 +78,10 @@ impl Phases {
     /// For the trail and `vigil explain`: `lost 4m12s = detection 2m10s + decision 3m + restart
     /// 12s + recovery 30s`.
     pub(crate) fn describe(&self) -> String {
+        let [total, detection, decision, restart, recovery] =
+            [self.total(), self.detection, self.decision, self.restart, self.recovery].map(exact);
         format!(
-            "lost {} = detection {} (last beat → verdict) + decision {} (→ restart command) + restart {} (→ new incarnation) + recovery {} (→ first beat)",
-            exact(self.total()),
-            exact(self.detection),
-            exact(self.decision),
-            exact(self.restart),
-            exact(self.recovery)
+            "lost {total} = detection {detection} (last beat → verdict) + decision {decision} (→ restart command) + restart {restart} (→ new incarnation) + recovery {recovery} (→ first beat)"
         )
     }
 }

@@ -48,20 +48,18 @@ pub(crate) fn membership(
     let Some(ns) = namespace else {
         return Membership { gang: Some(r.clone()), ..Membership::default() };
     };
-    let id = scoped(ns, &r.id);
+    let (asked, id) = (&r.id, scoped(ns, &r.id));
     if !valid_gang_id(&id) {
         let why = format!(
-            "gang {:?} cannot be used: scoped to namespace {ns} it is {} characters, past the 253 of a gang id",
-            r.id,
+            "gang {asked:?} cannot be used: scoped to namespace {ns} it is {} characters, past the 253 of a gang id",
             id.len()
         );
         return Membership { unusable: Some(why), ..Membership::default() };
     }
     let mut notes = Vec::new();
-    if id != r.id {
+    if id != *asked {
         notes.push(format!(
-            "gang {:?} is of namespace {ns}: the agent knows it as {id} (a record names only a gang of its own namespace)",
-            r.id
+            "gang {asked:?} is of namespace {ns}: the agent knows it as {id} (a record names only a gang of its own namespace)"
         ));
     }
     Membership { gang: Some(Gang { id, size: r.size }), notes, unusable: None }

@@ -128,14 +128,10 @@ impl Pace {
     /// The compute time (ms) the member's entry says: the lower median of the last [`COMPUTES`]
     /// its records said (one per heartbeat), so that one noisy step — a pause, a collective that
     /// caught a late rank — names no rank, and one good step among slow ones hides none once
-    /// three are held (the two-process JAX job named nobody once on one sample). `None` once
-    /// the record says none.
-    pub(crate) fn compute(
-        &mut self,
-        hb: Option<Millis>,
-        compute: Option<Millis>,
-    ) -> Option<Millis> {
-        let Some(c) = compute else {
+    /// three are held (the two-process JAX job named nobody once on one sample). `took`: the
+    /// compute time the record at heartbeat `hb` says; `None` once the record says none.
+    pub(crate) fn compute(&mut self, hb: Option<Millis>, took: Option<Millis>) -> Option<Millis> {
+        let Some(c) = took else {
             self.computes.clear();
             return None;
         };
@@ -194,10 +190,9 @@ impl Pace {
     fn close_before_hold(&mut self, cfg: &PaceConfig) {
         let (Some((hb0, step0)), Some((hb1, step1))) = (self.anchor, self.last) else { return };
         let (dt, ds) = (hb1 - hb0, step1.saturating_sub(step0));
-        if 2 * dt < ms(cfg.window) || ds < u64::from(cfg.min_steps).max(1) {
-            return;
+        if 2 * dt >= ms(cfg.window) && ds >= u64::from(cfg.min_steps).max(1) {
+            self.judge(ds as f64 / (dt as f64 / 1000.0), hb0, cfg);
         }
-        self.judge(ds as f64 / (dt as f64 / 1000.0), hb0, cfg);
     }
 
     fn judge(&mut self, rate: f64, window_start: Millis, cfg: &PaceConfig) {
@@ -220,10 +215,8 @@ impl Pace {
 
     /// The verdict at `now`.
     pub(crate) fn verdict(&self, now: Millis, cfg: &PaceConfig) -> PaceVerdict {
-        let learned = self.baseline.filter(|_| self.samples >= cfg.learn_windows);
-        let (Some(rate), Some(baseline)) = (self.rate, learned) else {
-            return PaceVerdict::Learning;
-        };
+        let base = self.baseline.filter(|_| self.samples >= cfg.learn_windows);
+        let (Some(rate), Some(baseline)) = (self.rate, base) else { return PaceVerdict::Learning };
         let windows = (ms(cfg.slow_for) / ms(cfg.window).max(1)).max(1) as u32;
         // The recovery line, halfway between the slow line and the baseline: a slow episode ends
         // only well clear of it.
@@ -232,9 +225,9 @@ impl Pace {
             Some((since, run)) if now - since >= ms(cfg.slow_for) && run >= windows => {
                 PaceVerdict::Slow { since, rate, baseline }
             }
-            Some(_) => PaceVerdict::Steady,
             None if rate >= recovery => PaceVerdict::Recovered { rate, baseline },
-            None => PaceVerdict::Steady,
+            // A run not slow for long enough yet, or a window below the recovery line.
+            _ => PaceVerdict::Steady,
         }
     }
 
@@ -286,10 +279,8 @@ pub(crate) fn suspect_scored(members: &[Member]) -> Option<(&Member, Vec<String>
     }
     let best = score.values().map(|(p, _)| *p).max()?;
     let mut top = score.iter().filter(|(_, (p, _))| *p == best);
-    let (id, (points, why)) = top.next()?;
-    if top.next().is_some() {
-        return None;
-    }
+    // One member alone at the top, or nobody is named.
+    let (Some((id, (points, why))), None) = (top.next(), top.next()) else { return None };
     let m = members.iter().find(|m| &m.id() == id)?;
     Some((m, why.clone(), *points))
 }
@@ -297,15 +288,12 @@ pub(crate) fn suspect_scored(members: &[Member]) -> Option<(&Member, Vec<String>
 /// The member whose compute time before the collective is at least a fifth (and 20 ms) above
 /// the others' median, with its 2 points.
 fn computes_longest(members: &[Member]) -> Option<(&Member, u32, String)> {
-    let mut timed: Vec<(&Member, Millis)> =
-        members.iter().filter_map(|m| m.compute.map(|c| (m, c))).collect();
-    if timed.len() < 2 {
-        return None;
-    }
+    let mut timed: Vec<_> = members.iter().filter_map(|m| m.compute.map(|c| (m, c))).collect();
     timed.sort_by_key(|(_, c)| *c);
-    let (m, top) = timed.pop()?;
-    let median = timed[timed.len() / 2].1;
-    let second = timed.last().map_or(median, |(_, c)| *c);
+    let (&(m, top), others) = timed.split_last()?;
+    // NB: `?`: with no other member timed, there is nothing to stand out from.
+    let median = others.get(others.len() / 2)?.1;
+    let second = others.last().map_or(median, |(_, c)| *c);
     // NB: it must stand alone: among thousands of ranks the largest of one sample each is
     // routinely a fifth above the median; the one the others wait for is far above the next.
     let alone = top - second >= (top - median) / 2;
@@ -321,13 +309,11 @@ fn computes_longest(members: &[Member]) -> Option<(&Member, u32, String)> {
 fn lags(members: &[Member]) -> Option<(&Member, u32, String)> {
     let mut stepped: Vec<(&Member, u64, Millis)> =
         members.iter().filter_map(|m| Some((m, m.step?, m.heartbeat?))).collect();
-    if stepped.len() < 2 {
-        return None;
-    }
     stepped.sort_by_key(|(_, s, _)| *s);
-    let (m, low, hb) = stepped[0];
-    let next = stepped[1].1;
-    let latest_other = stepped[1..].iter().map(|(_, _, h)| *h).max()?;
+    let [(m, low, hb), ref others @ ..] = stepped[..] else { return None };
+    // NB: `?`: a lag needs at least two stepped members (the first has none to lag).
+    let next = others.first()?.1;
+    let latest_other = others.iter().map(|(_, _, h)| *h).max()?;
     (next >= low + 2 && hb >= latest_other)
         .then(|| (m, 1, format!("its step {low} lags the others' (from {next})")))
 }

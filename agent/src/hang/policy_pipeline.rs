@@ -146,10 +146,9 @@ pub(crate) fn first(unit: Unit) -> Step {
 pub(crate) fn next(unit: Unit, step: Step, seen: Seen, dry_run: bool) -> Next {
     let order = steps(unit);
     let after = order.iter().position(|&s| s == step).and_then(|i| order.get(i + 1));
+    let observe = dry_run && step == Step::Revalidate;
     match (unit, seen, after) {
-        (Unit::Worker, Seen::Pass, _) if dry_run && step == Step::Revalidate => {
-            Next::Go(Step::Observe)
-        }
+        (Unit::Worker, Seen::Pass, _) if observe => Next::Go(Step::Observe),
         (_, Seen::Pass, Some(&s)) => Next::Go(s),
         (_, Seen::Pass, None) => Next::Stop(Undo::default()),
         (Unit::Worker, _, _) => Next::Stop(undo(step, seen)),

@@ -193,10 +193,8 @@ impl Rhythm {
     pub(crate) fn write_due(&mut self, now: Millis) -> Option<String> {
         let h = self.history.as_ref()?;
         let (total, longest) = (h.total(), h.longest);
-        let due = self
-            .written
-            .is_none_or(|(at, n, l)| total > n && (now - at >= WRITE_EVERY || longest > l));
-        if !due {
+        let learned_since = |(at, n, l)| total > n && (now - at >= WRITE_EVERY || longest > l);
+        if !self.written.is_none_or(learned_since) {
             return None;
         }
         self.written = Some((now, total, longest));

@@ -9,11 +9,12 @@ impl Verdict {
     /// The predicate, in words, with the configured thresholds.
     pub(crate) fn predicate(self, cfg: &PolicyConfig) -> String {
         let d = |d: std::time::Duration| humantime::format_duration(d).to_string();
+        let [stale_after, max_grace, stalled_after, cooldown, start_grace] =
+            [cfg.stale_after, cfg.max_grace, cfg.stalled_after, cfg.cooldown, cfg.start_grace]
+                .map(d);
         // What a suspect and a hung worker both show.
         let stale = format!(
-            "state not idle/error, heartbeat older than {} or its grace (at most {})",
-            d(cfg.stale_after),
-            d(cfg.max_grace)
+            "state not idle/error, heartbeat older than {stale_after} or its grace (at most {max_grace})"
         );
         match self {
             Verdict::Healthy => "heartbeat fresh (within its grace), or state idle".into(),
@@ -22,14 +23,11 @@ impl Verdict {
             Verdict::ErrorPending => format!("state = error for less than {}", d(cfg.error_for)),
             Verdict::Errored => format!("state = error for at least {}", d(cfg.error_for)),
             Verdict::Unreachable => "status record missing, or no readable heartbeat".into(),
-            Verdict::Stalled => format!(
-                "processing, heartbeat fresh but progress unchanged for {}",
-                d(cfg.stalled_after)
-            ),
+            Verdict::Stalled => {
+                format!("processing, heartbeat fresh but progress unchanged for {stalled_after}")
+            }
             Verdict::Booting => format!(
-                "cooldown marker present (restarted less than {} ago) and no beat since the restart; or started less than {} ago with no record of its own yet",
-                d(cfg.cooldown),
-                d(cfg.start_grace)
+                "cooldown marker present (restarted less than {cooldown} ago) and no beat since the restart; or started less than {start_grace} ago with no record of its own yet"
             ),
             Verdict::InMaintenance => "node has a maintenance or preemption notice".into(),
             Verdict::GpuFailed => "hung or errored on a GPU that NVML reports failed".into(),
@@ -50,13 +48,10 @@ pub(crate) struct TableRow {
 
 /// The whole table, in the brief's order.
 pub(crate) fn table(cfg: &PolicyConfig) -> Vec<TableRow> {
-    Verdict::ALL
-        .iter()
-        .map(|v| TableRow {
-            verdict: v.as_str(),
-            predicate: v.predicate(cfg),
-            // Every action has its message (`crate::hang::policy::Action`).
-            action: v.action().get_message().unwrap_or_default(),
-        })
-        .collect()
+    let row = |v: &Verdict| {
+        // Every action has its message (`crate::hang::policy::Action`).
+        let action = v.action().get_message().unwrap_or_default();
+        TableRow { verdict: v.as_str(), predicate: v.predicate(cfg), action }
+    };
+    Verdict::ALL.iter().map(row).collect()
 }

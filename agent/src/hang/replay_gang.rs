@@ -13,8 +13,8 @@
 
 use crate::clock::Millis;
 use crate::config::Config;
-use crate::hang::model::{Marks, WorkerState, WorkerStatus};
-use crate::hang::model_gang::{Activity, GangIncident, GangState, Member};
+use crate::hang::model::{Incident, Marks, WorkerState, WorkerStatus};
+use crate::hang::model_gang::{Activity, GangState, Member};
 use crate::hang::policy::{plan, verdict, NodeContext, Verdict};
 use crate::hang::policy_gang::{self as gp, GangVerdict, Timing};
 use crate::hang::policy_record::{allowed_silence, is_stale};
@@ -149,7 +149,7 @@ impl Gang {
             return;
         }
         let Some(inc) = self.state.incident.clone() else {
-            self.state.incident = Some(GangIncident { started: now, id: format!("replay-{now}") });
+            self.state.incident = Some(Incident { started: now, id: format!("replay-{now}") });
             self.out.hung.push(now);
             return self.decide_due(members, now, now);
         };

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashSet};
 use crate::alerts::gate::AlertGate;
 use crate::alerts::{Alert, AlertKind};
 use crate::clock::Millis;
-use crate::coord::CoordError;
+use crate::coord::Result;
 use crate::hang::context::Context;
 use crate::hang::journal::{About, Journal};
 use crate::hang::marks::MARK_TTL;
@@ -33,20 +33,8 @@ impl Roster {
     /// The containers by worker id, each id with the containers that speak for it (see
     /// [`current_of`]); a container with an invalid id is left out, alerted once.
     pub(crate) async fn group(&mut self, ctx: &Context, containers: Vec<Container>) -> ByWorker {
-        let mut by_worker = ByWorker::new();
-        for c in self.only_valid_ids(ctx, containers).await {
-            by_worker.entry(c.worker.clone()).or_default().push(c);
-        }
-        by_worker.into_iter().map(|(w, list)| (w, current_of(list))).collect()
-    }
-
-    /// Containers whose opt-in label breaks the worker-id rule are never workers: their id would
-    /// be read into Redis key names. One alert per container.
-    async fn only_valid_ids(
-        &mut self,
-        ctx: &Context,
-        containers: Vec<Container>,
-    ) -> Vec<Container> {
+        // NB: containers whose opt-in label breaks the worker-id rule are never workers: their
+        // id would be read into Redis key names. One alert per container.
         let (valid, invalid): (Vec<_>, Vec<_>) =
             containers.into_iter().partition(|c| valid_worker_id(&c.worker));
         self.invalid.retain(|id| invalid.iter().any(|c| &c.id == id));
@@ -62,7 +50,11 @@ impl Roster {
             let a = Alert::new(AlertKind::InvalidWorkerId, ctx.keys.node(), detail);
             ctx.notifier.send(&a).await;
         }
-        valid
+        let mut by_worker = ByWorker::new();
+        for c in valid {
+            by_worker.entry(c.worker.clone()).or_default().push(c);
+        }
+        by_worker.into_iter().map(|(w, list)| (w, current_of(list))).collect()
     }
 
     /// Several containers claim one worker id: alert once, never guess which one the record
@@ -75,7 +67,7 @@ impl Roster {
         worker: &str,
         list: &[Container],
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<()> {
         if !self.ambiguous.insert(worker.to_string()) {
             return Ok(());
         }
@@ -86,10 +78,9 @@ impl Roster {
             return Ok(());
         }
         let names: Vec<_> = list.iter().map(|c| c.display()).collect();
+        let (n, names) = (list.len(), names.join(", "));
         let detail = format!(
-            "{} containers claim worker id `{worker}` ({}); none will be restarted until one label is fixed",
-            list.len(),
-            names.join(", ")
+            "{n} containers claim worker id `{worker}` ({names}); none will be restarted until one label is fixed"
         );
         let mut a = Alert::new(AlertKind::Ambiguous, ctx.keys.node(), detail);
         a.worker = Some(worker.to_string());
@@ -100,11 +91,7 @@ impl Roster {
     }
 
     /// A worker that is no longer ambiguous: the next time it is, it is a new episode.
-    pub(crate) async fn unambiguous(
-        &mut self,
-        ctx: &Context,
-        worker: &str,
-    ) -> Result<(), CoordError> {
+    pub(crate) async fn unambiguous(&mut self, ctx: &Context, worker: &str) -> Result<()> {
         if self.ambiguous.remove(worker) {
             ctx.coord.del(&[dedup_key(ctx, worker)]).await?;
         }

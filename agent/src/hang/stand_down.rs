@@ -41,10 +41,8 @@ impl NodeWatch {
 
     /// Whether the TPU monitor's last report says the node's TPU has failed.
     pub(crate) fn tpu_failed(&self) -> bool {
-        self.tpu.as_ref().is_some_and(|rx| {
-            let t = rx.borrow();
-            t.monitoring && t.health == TpuHealth::Failed
-        })
+        let failed = |t: &TpuReport| t.monitoring && t.health == TpuHealth::Failed;
+        self.tpu.as_ref().is_some_and(|rx| failed(&rx.borrow()))
     }
 
     /// Why the node, as it is *now*, forbids a restart: the agent is shutting down, it has not

@@ -21,9 +21,9 @@ use crate::http::procfs::{CgroupUnknown, Procfs};
 #[derive(Debug, Clone)]
 pub(crate) enum Peer {
     Tcp(SocketAddr),
+    /// A unix-socket peer's pid, and its `/proc/<pid>/cgroup` or why that cannot be known.
     Unix {
         pid: i32,
-        /// The peer's `/proc/<pid>/cgroup`, or why it cannot be known.
         cgroup: Result<String, CgroupUnknown>,
     },
 }

@@ -12,11 +12,7 @@ pub(crate) enum CgroupUnknown {
     Invisible(i32),
     /// `/proc/<pid>/cgroup` could not be read (the process is gone, or procfs is not the host's).
     #[error("cannot read {path}: {source}")]
-    Unreadable {
-        path: String,
-        #[source]
-        source: Arc<std::io::Error>,
-    },
+    Unreadable { path: String, source: Arc<std::io::Error> },
     /// The socket gave no peer credentials.
     #[error("no peer credentials: {0}")]
     NoCredentials(#[source] Arc<std::io::Error>),

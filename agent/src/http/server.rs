@@ -13,7 +13,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::coord::{CoordError, Coordinator, Keys};
+use crate::coord::{Coordinator, Keys, Result};
 use crate::http::health::Health;
 use crate::http::listen::{serve_router, Limits};
 use crate::metrics::Metrics;
@@ -58,12 +58,7 @@ pub(crate) type ProbeError = Box<dyn std::error::Error + Send + Sync>;
 #[async_trait::async_trait]
 pub(crate) trait StatusReport: Send + Sync {
     /// The report as text, or as JSON; an error when the coordinator cannot be read.
-    async fn report(
-        &self,
-        coord: &dyn Coordinator,
-        prefix: &str,
-        json: bool,
-    ) -> Result<String, CoordError>;
+    async fn report(&self, coord: &dyn Coordinator, prefix: &str, json: bool) -> Result<String>;
 }
 
 #[derive(Clone)]
@@ -180,13 +175,12 @@ async fn readyz(State(s): State<ServerState>) -> Response {
 
 /// The metrics port takes no write: a worker (or anyone) trying the old status API here learns
 /// where it moved, and gets nothing done.
-async fn not_here() -> Response {
+async fn not_here() -> (StatusCode, &'static str) {
     (
         StatusCode::FORBIDDEN,
         "this port serves /metrics, /healthz and /readyz only; workers write their status on the worker API \
          (worker_api.listen or worker_api.socket, authenticated as the worker: see docs/security.md)\n",
     )
-        .into_response()
 }
 
 /// Serve until `shutdown` fires, then let requests in flight finish.

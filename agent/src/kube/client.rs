@@ -8,11 +8,7 @@ pub enum ConnectError {
     #[error("no Kubernetes configuration (in-cluster or kubeconfig): {0}")]
     Config(#[source] kube::config::InferConfigError),
     #[error("kubernetes.api_url {url:?} is not a URL: {source}")]
-    BadUrl {
-        url: String,
-        #[source]
-        source: crate::BoxError,
-    },
+    BadUrl { url: String, source: crate::BoxError },
     #[error("cannot build the Kubernetes client: {0}")]
     Client(#[source] kube::Error),
 }
@@ -28,12 +24,7 @@ pub enum PodError {
     #[error("forbidden: the agent's ServiceAccount needs `{verb}` on `{resource}` (deploy/base/rbac.yaml): {message}")]
     Forbidden { verb: &'static str, resource: &'static str, message: String },
     #[error("cannot {verb} {resource}: {source}")]
-    Api {
-        verb: &'static str,
-        resource: &'static str,
-        #[source]
-        source: kube::Error,
-    },
+    Api { verb: &'static str, resource: &'static str, source: kube::Error },
     #[error("unknown restartPolicy {0:?}")]
     UnknownPolicy(Option<String>),
     /// What a stand-in for the API (a test's, a demo's) does not serve.

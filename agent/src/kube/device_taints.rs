@@ -19,6 +19,9 @@ pub const NODE_LABEL: &str = "vigil.dev/node";
 pub const GPU_ANNOTATION: &str = "vigil.dev/gpu";
 pub const NODE_ANNOTATION: &str = "vigil.dev/node-name";
 
+/// The rules' resource (plural), as the API calls and their errors name it.
+const RULES: &str = "devicetaintrules";
+
 /// Make this node's rules match its failed GPUs (`failed`, their UUIDs): the plan, carried out
 /// (deletions first: a rule of another effect is replaced). What it did, for the log; a failed
 /// GPU that no device stands for is in the plan's `unmatched`.
@@ -61,7 +64,7 @@ impl KubeDeviceTaints {
     }
 
     fn rules_api(&self) -> Api<DynamicObject> {
-        self.api(&self.version, "DeviceTaintRule", "devicetaintrules")
+        self.api(&self.version, "DeviceTaintRule", RULES)
     }
 
     /// The devices of `driver` this node's ResourceSlices list, read at the rules' version
@@ -77,10 +80,8 @@ impl KubeDeviceTaints {
 
     /// The rules Vigil made for this node.
     pub async fn rules(&self, node: &str) -> Result<Vec<Existing>, PodError> {
-        let label = node_label(node);
-        let params = ListParams::default().labels(&format!("{NODE_LABEL}={label}"));
-        let list =
-            PodError::bounded(self.rules_api().list(&params), "list", "devicetaintrules").await?;
+        let params = ListParams::default().labels(&format!("{NODE_LABEL}={}", node_label(node)));
+        let list = PodError::bounded(self.rules_api().list(&params), "list", RULES).await?;
         Ok(list.items.into_iter().map(|o| existing(&value_of(o))).collect())
     }
 
@@ -90,20 +91,18 @@ impl KubeDeviceTaints {
         let object: DynamicObject = serde_json::from_value(rule_object(&version, node, rule))
             .map_err(|_| PodError::Unsupported("a DeviceTaintRule that does not serialize"))?;
         let params = PostParams::default();
-        match PodError::bounded(api.create(&params, &object), "create", "devicetaintrules").await {
+        match PodError::bounded(api.create(&params, &object), "create", RULES).await {
             // A rule of that name exists: it stands if it is this node's (another incarnation
             // of this agent made it meanwhile); else it is someone else's, and said.
             Err(PodError::Api { source: kube::Error::Api(e), .. }) if e.code == 409 => {
-                let theirs =
-                    PodError::bounded(api.get(&rule.name), "get", "devicetaintrules").await?;
-                let v = value_of(theirs);
-                match v["metadata"]["labels"][NODE_LABEL].as_str() == Some(&node_label(node)) {
-                    true => Ok(()),
-                    false => Err(PodError::Taken(format!(
-                        "a DeviceTaintRule named {} exists and is not this node's: the failed GPU {} is not tainted",
-                        rule.name, rule.gpu
-                    ))),
+                let theirs = PodError::bounded(api.get(&rule.name), "get", RULES).await?;
+                if value_of(theirs)["metadata"]["labels"][NODE_LABEL] == node_label(node) {
+                    return Ok(());
                 }
+                Err(PodError::Taken(format!(
+                    "a DeviceTaintRule named {} exists and is not this node's: the failed GPU {} is not tainted",
+                    rule.name, rule.gpu
+                )))
             }
             r => r.map(drop),
         }
@@ -111,8 +110,7 @@ impl KubeDeviceTaints {
 
     async fn delete(&self, name: &str) -> Result<(), PodError> {
         let api = self.rules_api();
-        let params = DeleteParams::default();
-        match PodError::bounded(api.delete(name, &params), "delete", "devicetaintrules").await {
+        match PodError::bounded(api.delete(name, &DeleteParams::default()), "delete", RULES).await {
             // Gone already: what was wanted.
             Err(PodError::Api { source: kube::Error::Api(e), .. }) if e.code == 404 => Ok(()),
             r => r.map(drop),

@@ -45,6 +45,9 @@ use patch::{cleanup_plan, conditions_patch, delete_conditions_patch, merge_patch
 
 pub use crate::vocab::node::{EventType, NodeDesired, Taint};
 
+/// What a Node call gives: its answer, or the [`NodeError`] that stopped it.
+type Result<T, E = NodeError> = std::result::Result<T, E>;
+
 /// The field manager and the Events' `reportingController` Vigil writes as, so `kubectl get node
 /// -o yaml --show-managed-fields` and `kubectl get events` say who did it.
 const COMPONENT: &str = "vigil";
@@ -72,18 +75,12 @@ pub trait NodeApi: Send + Sync {
     /// Idempotent: when the Node already matches, nothing is written. Conflicts with other
     /// writers are retried (re-read, recompute) with backoff; giving up is
     /// [`NodeError::Conflict`], and the next call starts afresh.
-    async fn reconcile(&self, node: &str, desired: &NodeDesired) -> Result<(), NodeError>;
+    async fn reconcile(&self, node: &str, desired: &NodeDesired) -> Result<()>;
 
     /// Records an Event about `node` (visible in `kubectl describe node`), with `reason` a short
     /// CamelCase word (e.g. `MaintenancePending`) and `message` for humans. A repeat of the same
     /// Event may be counted on the earlier one rather than recorded anew.
-    async fn event(
-        &self,
-        node: &str,
-        reason: &str,
-        message: &str,
-        kind: EventType,
-    ) -> Result<(), NodeError>;
+    async fn event(&self, node: &str, reason: &str, message: &str, kind: EventType) -> Result<()>;
 }
 
 /// What makes two Events the same Event to Vigil: node, type (`Normal`/`Warning`), reason and
@@ -129,7 +126,7 @@ impl KubeNodeApi {
         node: &str,
         what: &str,
         mut plan: impl FnMut(&Value) -> (T, Option<Value>),
-    ) -> Result<(T, Value), NodeError> {
+    ) -> Result<(T, Value)> {
         // NB: `PatchParams::apply` only names the field manager (not a server-side apply).
         let params = PatchParams::apply(COMPONENT);
         let decode = |source| NodeError::Decode { node: node.to_string(), source };
@@ -176,12 +173,7 @@ impl KubeNodeApi {
 
     /// A strategic-merge `patch` of the status subresource (Vigil's conditions; RBAC `patch
     /// nodes/status`), when there is one, logged as `what`.
-    async fn patch_status(
-        &self,
-        node: &str,
-        patch: Option<Value>,
-        what: &str,
-    ) -> Result<(), NodeError> {
+    async fn patch_status(&self, node: &str, patch: Option<Value>, what: &str) -> Result<()> {
         let Some(patch) = patch else { return Ok(()) };
         let params = PatchParams::apply(COMPONENT);
         let patched = self.nodes.patch_status(node, &params, &Patch::Strategic(&patch)).await;
@@ -208,7 +200,7 @@ impl KubeNodeApi {
         condition_types: &[&str],
         shared_labels: &[&str],
         dry_run: bool,
-    ) -> Result<Cleanup, NodeError> {
+    ) -> Result<Cleanup> {
         let what = "removed Vigil's labels, annotations and taints";
         let plan = |current: &Value| {
             let (plan, desired) =
@@ -224,7 +216,7 @@ impl KubeNodeApi {
     /// Against `kubernetes.api_url` ([`Self::from_url_with_timeout`]), or (empty) from the
     /// environment: the in-cluster ServiceAccount, or the kubeconfig (`KUBECONFIG`,
     /// `~/.kube/config`) when run by hand.
-    pub(crate) async fn connect(api_url: &str) -> Result<Self, NodeError> {
+    pub(crate) async fn connect(api_url: &str) -> Result<Self> {
         if !api_url.is_empty() {
             return Self::from_url_with_timeout(api_url, CALL_TIMEOUT);
         }
@@ -238,7 +230,7 @@ impl KubeNodeApi {
     ///
     /// Must be called inside a Tokio runtime (the client spawns its connection task there);
     /// outside one it returns an error rather than panicking.
-    pub fn from_url_with_timeout(url: &str, timeout: Duration) -> Result<Self, NodeError> {
+    pub fn from_url_with_timeout(url: &str, timeout: Duration) -> Result<Self> {
         let parsed =
             url.parse().map_err(|e| NodeError::client(format!("API server URL {url:?}"), e))?;
         Self::from_config(kube::Config::new(parsed), timeout, url)
@@ -248,11 +240,7 @@ impl KubeNodeApi {
     /// kube's default (295 s, sized for watches) would hold the maintenance controller that long
     /// on an API server that accepts and never answers; Vigil makes no watch calls here, and a
     /// Node write that times out is retried on the next tick.
-    fn from_config(
-        mut config: kube::Config,
-        timeout: Duration,
-        context: &str,
-    ) -> Result<Self, NodeError> {
+    fn from_config(mut config: kube::Config, timeout: Duration, context: &str) -> Result<Self> {
         config.connect_timeout = Some(timeout.min(Duration::from_secs(5)));
         config.read_timeout = Some(timeout);
         config.write_timeout = Some(timeout);
@@ -280,7 +268,7 @@ impl KubeNodeApi {
         verb: &str,
         resource: &str,
         namespace: Option<&str>,
-    ) -> Result<bool, NodeError> {
+    ) -> Result<bool> {
         use k8s_openapi::api::authorization::v1::{
             ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
         };
@@ -305,7 +293,7 @@ impl KubeNodeApi {
     }
 
     /// Read the Node (for `vigil doctor`): its name and labels count, or the error.
-    pub(crate) async fn get_node(&self, node: &str) -> Result<(), NodeError> {
+    pub(crate) async fn get_node(&self, node: &str) -> Result<()> {
         self.nodes.get(node).await.map(|_| ()).map_err(|e| Call::GetNode.error(node, e))
     }
 
@@ -349,7 +337,7 @@ impl KubeNodeApi {
 #[cfg(any(test, feature = "bench"))]
 impl KubeNodeApi {
     /// [`Self::from_url_with_timeout`] with the agent's deadline.
-    pub fn from_url(url: &str) -> Result<Self, NodeError> {
+    pub fn from_url(url: &str) -> Result<Self> {
         Self::from_url_with_timeout(url, CALL_TIMEOUT)
     }
 
@@ -382,7 +370,7 @@ fn note(message: &str) -> String {
 
 #[async_trait]
 impl NodeApi for KubeNodeApi {
-    async fn reconcile(&self, node: &str, desired: &NodeDesired) -> Result<(), NodeError> {
+    async fn reconcile(&self, node: &str, desired: &NodeDesired) -> Result<()> {
         // Labels, annotations and taints (a merge patch with the resourceVersion precondition,
         // retried on conflict), then the conditions, planned from the Node as last read.
         let plan = |current: &Value| ((), merge_patch(current, desired));
@@ -405,13 +393,7 @@ impl NodeApi for KubeNodeApi {
     /// window), so one Recorder is kept per (node, type, reason, note): an Event with a new
     /// note is a new object, an identical one is counted. If the counted Event is gone (deleted,
     /// or expired by the API server's `--event-ttl`), the PATCH's 404 starts afresh with a POST.
-    async fn event(
-        &self,
-        node: &str,
-        reason: &str,
-        message: &str,
-        kind: EventType,
-    ) -> Result<(), NodeError> {
+    async fn event(&self, node: &str, reason: &str, message: &str, kind: EventType) -> Result<()> {
         let note = note(message);
         let key: EventKey = (node.to_string(), kind.as_str(), reason.to_string(), note.clone());
         let event = kev::Event {
@@ -446,7 +428,7 @@ impl NodeApi for KubeNodeApi {
 
 /// A patch of the taints replaces the whole list: it must carry the `resourceVersion` it was
 /// planned from, so a concurrent writer's taint is never dropped (the API server answers 409).
-fn guarded(node: &str, patch: &Value) -> Result<(), NodeError> {
+fn guarded(node: &str, patch: &Value) -> Result<()> {
     let rewrites_taints = patch.pointer("/spec/taints").is_some();
     if rewrites_taints && patch.pointer("/metadata/resourceVersion").is_none() {
         return Err(NodeError::NoResourceVersion { node: node.to_string() });

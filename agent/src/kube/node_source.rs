@@ -30,11 +30,7 @@ pub enum NodeReadError {
     )]
     NotFound { node: String, message: String },
     #[error("reading node {node:?}: {source}")]
-    Api {
-        node: String,
-        #[source]
-        source: kube::Error,
-    },
+    Api { node: String, source: kube::Error },
 }
 
 /// [`NodeReader`] through `kube`.

@@ -120,10 +120,13 @@ impl NodePod {
 
 use crate::vocab::workload::Workload;
 
+/// What a pods call gives: its answer, or the [`PodError`] that stopped it.
+type Result<T, E = PodError> = std::result::Result<T, E>;
+
 #[async_trait]
 pub trait PodApi: Send + Sync {
     /// Every pod bound to `node`, in every namespace.
-    async fn node_pods(&self, node: &str) -> Result<Vec<NodePod>, PodError>;
+    async fn node_pods(&self, node: &str) -> Result<Vec<NodePod>>;
 
     /// The pod with its owners (`crate::kube::workloads`), for the choice of how a hung worker
     /// of `container` is restarted; `Ok(None)` when the pod does not exist.
@@ -132,7 +135,7 @@ pub trait PodApi: Send + Sync {
         namespace: &str,
         pod: &str,
         container: &str,
-    ) -> Result<Option<Workload>, PodError>;
+    ) -> Result<Option<Workload>>;
 }
 
 /// [`PodApi`] through `kube`.
@@ -149,16 +152,11 @@ impl KubePods {
 
 #[async_trait]
 impl PodApi for KubePods {
-    async fn workload(
-        &self,
-        namespace: &str,
-        pod: &str,
-        container: &str,
-    ) -> Result<Option<Workload>, PodError> {
-        crate::kube::workloads::read(&self.client, namespace, pod, container).await
+    async fn workload(&self, ns: &str, pod: &str, container: &str) -> Result<Option<Workload>> {
+        crate::kube::workloads::read(&self.client, ns, pod, container).await
     }
 
-    async fn node_pods(&self, node: &str) -> Result<Vec<NodePod>, PodError> {
+    async fn node_pods(&self, node: &str) -> Result<Vec<NodePod>> {
         let api: Api<Pod> = Api::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
         let list = PodError::bounded(api.list(&params), "list", "pods").await?;

@@ -85,11 +85,9 @@ pub(crate) async fn read(
         }
     }
     if let Some(lws_name) = label(&pod, keys::LWS_NAME) {
+        let group = label(&pod, keys::LWS_GROUP).unwrap_or_default();
         match LWS.get(client, ns, &lws_name).await? {
-            Some(lws) => {
-                let group = label(&pod, keys::LWS_GROUP).unwrap_or_default();
-                w.lws = Some(lws_facts(&lws, &group));
-            }
+            Some(lws) => w.lws = Some(lws_facts(&lws, &group)),
             None => w.missing = Some(format!("the LeaderWorkerSet {ns}/{lws_name}")),
         }
     }

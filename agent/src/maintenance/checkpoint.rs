@@ -25,8 +25,7 @@ impl Checkpointer {
     /// every member on every node at once; the others one by one, as before gangs.
     pub(crate) async fn request(&self, reason: &str, budget: Duration) -> Vec<WorkerResult> {
         let started = tokio::time::Instant::now();
-        let listed = tokio::time::timeout(budget, self.runtime.list_workers()).await;
-        let why = match listed {
+        let why = match tokio::time::timeout(budget, self.runtime.list_workers()).await {
             Ok(Ok(workers)) => {
                 // Only a running worker can save anything (the listing holds exited ones too).
                 // NB: the worker id goes into a Redis key name: a label value that is no worker

@@ -120,15 +120,13 @@ async fn claim_gang(
     if coord.set_nx(&key, &round.encode(), ttl).await? {
         return Ok(Some(key));
     }
+    let label = target.label();
     let open = coord.get(&key).await?.and_then(|t| Round::decode(&t));
     Err(DrillError::Busy(match open {
-        Some(r) => format!(
-            "{} has a checkpoint round open ({}, opened by {}): a drill never competes with a real round; try again when it ends",
-            target.label(),
-            r.reason,
-            r.by
+        Some(Round { reason, by, .. }) => format!(
+            "{label} has a checkpoint round open ({reason}, opened by {by}): a drill never competes with a real round; try again when it ends"
         ),
-        None => format!("{} has a checkpoint round open", target.label()),
+        None => format!("{label} has a checkpoint round open"),
     }))
 }
 
@@ -155,15 +153,12 @@ async fn members_of(
     now: Millis,
 ) -> Result<(Vec<Asked>, Vec<Member>), DrillError> {
     let prefix = cfg.redis.key_prefix.as_str();
-    let member =
-        |node: &str, worker: &str| Asked { node: node.to_string(), worker: worker.to_string() };
     match target {
         Target::Gang(g) => {
             // The gang's members as the fleet view has them now: every shard a gang of any size
             // may use (the size is the members' to say).
-            let keys = Keys::new(prefix, &cfg.node_name);
-            let all =
-                read_view(coord, &keys, g, Some(gp::MAX_SHARDS * gp::MEMBERS_PER_SHARD)).await?;
+            let any_size = Some(gp::MAX_SHARDS * gp::MEMBERS_PER_SHARD);
+            let all = read_view(coord, &Keys::new(prefix, &cfg.node_name), g, any_size).await?;
             let view = gp::present(&all, now, &Timing::of(cfg));
             if view.is_empty() {
                 return Err(DrillError::NothingToAsk(format!(
@@ -181,7 +176,7 @@ async fn members_of(
                     member_id(node, worker)
                 )));
             }
-            Ok((vec![member(node, worker)], Vec::new()))
+            Ok((vec![Asked { node: node.clone(), worker: worker.clone() }], Vec::new()))
         }
         Target::Node(node) => {
             let fields = coord.hgetall(&Keys::new(prefix, node).agent()).await?;
@@ -191,7 +186,8 @@ async fn members_of(
                     "node {node} publishes no workers: its agent is not running, or no worker there opted in"
                 )));
             }
-            Ok((workers.keys().map(|w| member(node, w)).collect(), Vec::new()))
+            let members = workers.into_keys().map(|worker| Asked { node: node.clone(), worker });
+            Ok((members.collect(), Vec::new()))
         }
     }
 }
@@ -207,14 +203,12 @@ async fn refuse_pending(
     let recent = ms(cfg.checkpoint.maintenance_budget + cfg.checkpoint.grace);
     for (m, rec) in members.iter().zip(&io.records(members.iter()).await?) {
         let Some(id) = rec.get("checkpoint_request").filter(|r| !r.is_empty()) else { continue };
-        let at: Millis =
-            rec.get("checkpoint_requested_at").and_then(|t| t.parse().ok()).unwrap_or(0);
+        let at: Millis = rec.get("checkpoint_requested_at").map_or(0, |t| t.parse().unwrap_or(0));
         if !acknowledges(rec, id) && now - at < recent {
             let reason = rec.get("checkpoint_reason").map_or("", String::as_str);
+            let (who, ago) = (member_id(&m.node, &m.worker), brief(duration(now - at)));
             return Err(DrillError::Busy(format!(
-                "{} has a checkpoint request pending ({reason}, {} ago, not acknowledged): a drill never competes with a real request; try again when it is answered",
-                member_id(&m.node, &m.worker),
-                brief(duration(now - at))
+                "{who} has a checkpoint request pending ({reason}, {ago} ago, not acknowledged): a drill never competes with a real request; try again when it is answered"
             )));
         }
     }
@@ -294,8 +288,7 @@ pub(crate) async fn export_loop(
                 let (drills, old) = current_drills(&fields, now);
                 metrics.drills.set(&drills.iter().map(figures).collect::<Vec<_>>());
                 if !old.is_empty() {
-                    let op = Op::Hdel { key: keys.drills(), fields: old };
-                    let _ = coord.batch(&[op]).await;
+                    let _ = coord.batch(&[Op::Hdel { key: keys.drills(), fields: old }]).await;
                 }
             }
             Err(e) => tracing::debug!(error = %e, "cannot read this node's checkpoint drills"),

@@ -192,8 +192,7 @@ impl RoundIo<'_> {
         // A large gang is read less often: 8,000 records every 200 ms would be Redis's whole day.
         let poll = POLL.max(Duration::from_millis(members.len() as u64 / 10));
         loop {
-            let pending: Vec<usize> =
-                (0..acks.len()).filter(|&i| acks[i].acked.is_none()).collect();
+            let pending: Vec<_> = (0..acks.len()).filter(|&i| acks[i].acked.is_none()).collect();
             if pending.is_empty() {
                 break;
             }

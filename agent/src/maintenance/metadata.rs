@@ -59,11 +59,7 @@ pub enum MetadataError {
         "GCE metadata server at {host} is unreachable: not on GCE, or blocked by a firewall, \
          proxy or custom route; maintenance and preemption notices are not watched until it answers"
     )]
-    Unreachable {
-        host: String,
-        #[source]
-        source: reqwest::Error,
-    },
+    Unreachable { host: String, source: reqwest::Error },
     /// 503: normal for under a second during host maintenance.
     #[error(
         "GCE metadata server answered 503 for {key} (normal for under a second during host \
@@ -111,11 +107,7 @@ pub enum MetadataError {
     /// The connection broke after it was made (reset, truncated body).
     #[strum(serialize = "transport")]
     #[error("request for {key} to the GCE metadata server broke off; retrying with backoff")]
-    Transport {
-        key: String,
-        #[source]
-        source: reqwest::Error,
-    },
+    Transport { key: String, source: reqwest::Error },
     /// The configured host cannot form a URL.
     #[strum(serialize = "transport")]
     #[error(
@@ -145,7 +137,7 @@ impl MetadataError {
 }
 
 /// One successful read: the value and the ETag to long-poll from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Fetched {
     /// The body, as sent.
     pub value: String,
@@ -234,12 +226,9 @@ impl MetadataClient {
         let resp = request.send().await.map_err(|e| self.transport_error(key, deadline, e))?;
         let resp = refused(key, resp).await?;
         if resp.headers().get("Metadata-Flavor") != Some(&HeaderValue::from_static("Google")) {
-            return Err(MetadataError::malformed(
-                key,
-                "the answer lacks `Metadata-Flavor: Google`, so it did not come from the \
-                 metadata server (a proxy or captive portal in the path?)"
-                    .into(),
-            ));
+            let why = "the answer lacks `Metadata-Flavor: Google`, so it did not come from the \
+                       metadata server (a proxy or captive portal in the path?)";
+            return Err(MetadataError::malformed(key, why.into()));
         }
         let etag = resp.headers().get(ETAG).and_then(|v| v.to_str().ok()).map(str::trim);
         let etag = etag.filter(|s| !s.is_empty()).map(str::to_string);

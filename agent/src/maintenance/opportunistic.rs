@@ -124,7 +124,12 @@ impl Opportunistic {
         if !reschedulable(st) {
             // A stale idle-since from an earlier episode must not skip `idle_for` next time.
             let _ = self.coord.del(&[self.keys.idle_since()]).await;
-            self.episode_over();
+            // The rescheduleable episode ended: the next one starts from scratch.
+            if self.last.take().is_some() {
+                for &r in BusyReason::ALL {
+                    self.metrics.maintenance.busy(r.as_str(), false);
+                }
+            }
             return ClaimStep::Unchanged;
         }
         let Some((now, since)) = self.idle_since(gpus).await else { return ClaimStep::Unchanged };
@@ -145,13 +150,12 @@ impl Opportunistic {
     async fn idle_since(&mut self, gpus: Witness<Vec<GpuStatus>>) -> Option<(Millis, Millis)> {
         let now = self.coord.time().await.ok()?;
         let idle_key = self.keys.idle_since();
-        let inputs = IdleInputs {
+        let busy = idle_check(&IdleInputs {
             workers: self.workers().await.into(),
             pod_resources: self.pod_resources().await,
             pods: self.pods().await,
             gpus,
-        };
-        let busy = idle_check(&inputs);
+        });
         let idle = busy.idle();
         self.record(busy);
         if !idle {
@@ -197,11 +201,9 @@ impl Opportunistic {
         if !self.cfg.kubernetes_on() {
             return Witness::Off;
         }
-        let Some(api) = &self.pod_api else {
-            return Witness::Unknown(
-                "no Kubernetes API client (see the start-up log), so this node's pods cannot be listed".into(),
-            );
-        };
+        let no_api =
+            "no Kubernetes API client (see the start-up log), so this node's pods cannot be listed";
+        let Some(api) = &self.pod_api else { return Witness::Unknown(no_api.into()) };
         match api.node_pods(&self.cfg.node_name).await {
             Ok(pods) => {
                 let held = pods.into_iter().filter(|p| p.accelerators && !p.terminal());
@@ -238,15 +240,6 @@ impl Opportunistic {
         self.last = Some(busy);
     }
 
-    /// The rescheduleable episode ended: the next one starts from scratch.
-    fn episode_over(&mut self) {
-        if self.last.take().is_some() {
-            for &r in BusyReason::ALL {
-                self.metrics.maintenance.busy(r.as_str(), false);
-            }
-        }
-    }
-
     /// Healthy nodes of this node's pool, this one left out.
     async fn others_healthy(&self) -> Option<usize> {
         let (views, _) = fleet::read(self.coord.as_ref(), &self.cfg.redis.key_prefix).await.ok()?;
@@ -260,14 +253,12 @@ impl Opportunistic {
         let token = format!("{}:{:08x}", self.cfg.node_name, rand::random::<u32>());
         let key = self.keys.maintenance_claim(&self.pool);
         let ttl = self.cfg.opportunistic.claim_ttl;
-        if let Ok(Some(lease)) = Lease::take(self.coord.as_ref(), key, token, ttl).await {
-            self.claimed = Some(lease);
-            return ClaimStep::Claimed(format!(
-                "idle {} with {others} other healthy node(s) in pool {}: asking GKE to perform the maintenance now",
-                human(idle),
-                self.pool
-            ));
-        }
-        ClaimStep::Unchanged
+        let taken = Lease::take(self.coord.as_ref(), key, token, ttl).await;
+        let Ok(Some(lease)) = taken else { return ClaimStep::Unchanged };
+        self.claimed = Some(lease);
+        let (idle_time, pool) = (human(idle), &self.pool);
+        ClaimStep::Claimed(format!(
+            "idle {idle_time} with {others} other healthy node(s) in pool {pool}: asking GKE to perform the maintenance now"
+        ))
     }
 }

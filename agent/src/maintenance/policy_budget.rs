@@ -85,37 +85,27 @@ pub(crate) fn budget_shortfalls(
         );
         out.push(over("maintenance-notice", "checkpoint.maintenance_budget", maint, why));
     }
-    for p in pods {
-        out.extend(pod_shortfalls(c, p, preemptions));
-    }
-    out
-}
-
-/// The limits one worker pod sets (the preemption ones only where `preemptions` can come).
-fn pod_shortfalls(c: &CheckpointConfig, p: &WorkerPod, preemptions: bool) -> Vec<Shortfall> {
-    let stop = c.worker_stop;
+    // The limits each worker pod sets (the preemption ones only where preemptions can come).
     let budgets = [
         (preemptions, "checkpoint.preemption_budget", c.preemption_budget),
         (c.on_sigterm != OnSigterm::Never, "checkpoint.sigterm_budget", c.sigterm_budget),
     ];
-    let mut out = Vec::new();
-    for (_, key, budget) in budgets.into_iter().filter(|&(on, _, b)| on && b + stop > p.grace) {
-        let why = format!(
-            "worker pod {} is killed {} after its SIGTERM (terminationGracePeriodSeconds): raise its grace period or lower the budget",
-            p.pod,
-            secs(p.grace)
-        );
-        out.push(over("pod-grace", key, budget + stop, why));
-    }
-    let needed = c.preemption_budget + stop;
-    // NB: a pod whose own grace is already too short is said once, above.
-    if preemptions && !p.critical && needed <= p.grace && needed > GKE_NON_CRITICAL_SHUTDOWN {
-        let why = format!(
-            "on a GKE Spot/preemptible node the kubelet gives non-system pod {} at most {} at preemption, whatever its grace period: lower the budget to fit",
-            p.pod,
-            secs(GKE_NON_CRITICAL_SHUTDOWN)
-        );
-        out.push(over("gke-node-shutdown", "checkpoint.preemption_budget", needed, why));
+    for p in pods {
+        for (_, key, budget) in budgets.into_iter().filter(|&(on, _, b)| on && b + stop > p.grace) {
+            let (pod, grace) = (&p.pod, secs(p.grace));
+            let why = format!(
+                "worker pod {pod} is killed {grace} after its SIGTERM (terminationGracePeriodSeconds): raise its grace period or lower the budget"
+            );
+            out.push(over("pod-grace", key, budget + stop, why));
+        }
+        // NB: a pod whose own grace is already too short is said once, above.
+        if preemptions && !p.critical && preempt <= p.grace && preempt > GKE_NON_CRITICAL_SHUTDOWN {
+            let (pod, limit) = (&p.pod, secs(GKE_NON_CRITICAL_SHUTDOWN));
+            let why = format!(
+                "on a GKE Spot/preemptible node the kubelet gives non-system pod {pod} at most {limit} at preemption, whatever its grace period: lower the budget to fit"
+            );
+            out.push(over("gke-node-shutdown", "checkpoint.preemption_budget", preempt, why));
+        }
     }
     out
 }

@@ -214,19 +214,16 @@ pub(crate) fn gpu_witness(
         S::On => {}
     }
     let limit = cfg.sample_interval * STALE_SAMPLES;
+    let secs = limit.as_secs();
     match age {
         Some(a) if a <= limit => Witness::Known(report.gpus.clone()),
-        _ => Witness::Unknown(format!(
-            "no GPU sample in the last {}s (NVML reads failing?)",
-            limit.as_secs()
-        )),
+        _ => Witness::Unknown(format!("no GPU sample in the last {secs}s (NVML reads failing?)")),
     }
 }
 
 /// The pods whose accelerators are allowed: pods of opted-in workers that all say idle.
 fn idle_pods(workers: &[WorkerUse]) -> BTreeSet<&PodKey> {
-    let busy: BTreeSet<&PodKey> =
-        workers.iter().filter(|w| !w.idle()).flat_map(|w| &w.pod).collect();
+    let busy: BTreeSet<_> = workers.iter().filter(|w| !w.idle()).flat_map(|w| &w.pod).collect();
     workers.iter().flat_map(|w| &w.pod).filter(|p| !busy.contains(p)).collect()
 }
 

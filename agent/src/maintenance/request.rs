@@ -14,7 +14,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::Millis;
+use tokio::time::Instant;
+
+use crate::clock::{brief, Millis};
 use crate::config::{CheckpointMethod, Config, Signal};
 use crate::coord::{Coordinator, Keys};
 use crate::metrics::Metrics;
@@ -59,11 +61,7 @@ pub(crate) enum DeliveryError {
     Label(String),
     /// The runtime refused the signal.
     #[error("signal {signal}: {source}")]
-    Signal {
-        signal: &'static str,
-        #[source]
-        source: crate::runtime::RuntimeError,
-    },
+    Signal { signal: &'static str, source: crate::runtime::RuntimeError },
     /// The POST failed, or was answered with an error status. `url` is shown redacted.
     #[error("POST {url}: {why}")]
     Post { url: String, why: String },
@@ -169,9 +167,9 @@ impl Checkpointer {
         c: &Container,
         reason: &str,
         budget: Duration,
-        deadline: tokio::time::Instant,
+        deadline: Instant,
     ) -> WorkerResult {
-        let started = tokio::time::Instant::now();
+        let started = Instant::now();
         let result = |method: &'static str, outcome, detail: String| WorkerResult {
             worker: c.worker.clone(),
             method,
@@ -184,6 +182,8 @@ impl Checkpointer {
             Err(e) => return result("invalid", Outcome::Failed, e.to_string()),
         };
         let label = <&str>::from(&method);
+        let within = brief(budget);
+        let timed_out = || (Outcome::TimedOut, format!("no acknowledgement within {within}"));
         // NB: every step of a worker's round (Redis, Docker, HTTP) is bounded by the deadline,
         // not only the wait for the acknowledgement.
         let asked = async {
@@ -210,38 +210,30 @@ impl Checkpointer {
             if let Err(e) = self.deliver(&method, c, &id, reason, budget).await {
                 return (Outcome::Failed, e.to_string());
             }
-            self.acknowledged(&key, &id, &c.worker, budget, deadline).await
+            if self.acknowledged(&key, &id, &c.worker, deadline).await {
+                return (Outcome::Acked, format!("request {id} acknowledged"));
+            }
+            timed_out()
         };
-        let within = crate::clock::brief(budget);
-        let (outcome, detail) = tokio::time::timeout_at(deadline, asked)
-            .await
-            .unwrap_or_else(|_| (Outcome::TimedOut, format!("no acknowledgement within {within}")));
+        let answer = tokio::time::timeout_at(deadline, asked).await;
+        let (outcome, detail) = answer.unwrap_or_else(|_| timed_out());
         result(label, outcome, detail)
     }
 
-    /// Wait for the request's acknowledgement in the worker's record, until `deadline`.
-    async fn acknowledged(
-        &self,
-        key: &str,
-        id: &str,
-        worker: &str,
-        budget: Duration,
-        deadline: tokio::time::Instant,
-    ) -> (Outcome, String) {
+    /// Wait for the request's acknowledgement in the worker's record, until `deadline`: whether
+    /// it came.
+    async fn acknowledged(&self, key: &str, id: &str, worker: &str, deadline: Instant) -> bool {
         loop {
             match self.coord.hgetall(key).await {
-                Ok(rec) if acknowledges(&rec, id) => {
-                    return (Outcome::Acked, format!("request {id} acknowledged"));
-                }
+                Ok(rec) if acknowledges(&rec, id) => return true,
                 Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, worker = %worker, "cannot read the acknowledgement yet")
                 }
             }
-            let now = tokio::time::Instant::now();
+            let now = Instant::now();
             if now >= deadline {
-                let waited = crate::clock::brief(budget);
-                return (Outcome::TimedOut, format!("no acknowledgement within {waited}"));
+                return false;
             }
             // The last wait is shortened to the deadline, so the budget is used in full.
             tokio::time::sleep(POLL.min(deadline - now)).await;

@@ -52,11 +52,9 @@ pub(crate) struct CycleMetrics {
 
 impl CycleMetrics {
     pub(crate) fn register(reg: &mut Registry) -> Self {
-        let m = CycleMetrics {
-            workers: Gauge::default(),
-            dry_run: Gauge::default(),
-            cycle_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
-        };
+        let cycle_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        let (workers, dry_run) = (Gauge::default(), Gauge::default());
+        let m = CycleMetrics { workers, dry_run, cycle_seconds };
         register!(reg;
             "workers" => m.workers, "Opted-in worker containers seen in the last cycle";
             "dry_run" => m.dry_run, "1 when the agent runs in observe mode (restarts never run)";

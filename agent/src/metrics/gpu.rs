@@ -50,8 +50,7 @@ impl GpuMetrics {
             "gpu_monitoring" => m.monitoring, "1 when NVML is loaded and GPUs are watched";
             "gpu_monitor_state" => m.monitor_state,
                 "1 for the GPU monitor's current state (starting, off, no-gpu, waiting-for-driver, on)";
-            "gpu_health" => m.health,
-                "1 for each GPU's current health (healthy, degraded, failed)";
+            "gpu_health" => m.health, "1 for each GPU's current health (healthy, degraded, failed)";
             // The latest samples.
             "gpu_temperature" in Unit::Celsius => m.temperature, "GPU core temperature";
             "gpu_power" in Unit::Other("watts".into()) => m.power, "GPU power draw";

@@ -44,9 +44,8 @@ pub use classic::to_classic_text;
 pub(crate) use cycle::{BackendMetrics, BudgetMetrics, CycleMetrics};
 pub(crate) use decisions::DecisionMetrics;
 pub(crate) use gpu::GpuMetrics;
-pub use lost::Ledger as LostLedger;
 pub(crate) use lost::LostMetrics;
-pub use lost::CAUSES as LOST_CAUSES;
+pub use lost::{Ledger as LostLedger, CAUSES as LOST_CAUSES};
 pub(crate) use node::{
     CheckpointMetrics, DrillFigures, DrillMetrics, KubeMetrics, MaintenanceMetrics, NodeInfoLabels,
     NodeInfoMetrics,
@@ -100,7 +99,7 @@ impl Metrics {
         let mut reg = Registry::with_prefix("vigil");
         // NB: the order of these fields is the order of the families in a scrape (a struct
         // literal's fields are evaluated in the order written), `build_info` last.
-        Metrics {
+        let mut m = Metrics {
             decisions: DecisionMetrics::register(&mut reg),
             backends: BackendMetrics::register(&mut reg),
             cycle: CycleMetrics::register(&mut reg),
@@ -116,8 +115,14 @@ impl Metrics {
             gpu: GpuMetrics::register(&mut reg),
             tpu: TpuMetrics::register(&mut reg),
             worker_api: WorkerApiMetrics::register(&mut reg),
-            registry: with_build_info(reg),
-        }
+            registry: reg,
+        };
+        // NB: a gauge fixed at 1 rather than an OpenMetrics `info`, so that parsers of the
+        // classic text format (promtool, older scrapers) read it too.
+        let build: Family<Labels<1>, Gauge> = Family::default();
+        build.get_or_create(&[("version", env!("CARGO_PKG_VERSION"))]).set(1);
+        m.registry.register("build_info", "Build information (always 1)", build);
+        m
     }
 
     /// OpenMetrics text.
@@ -171,15 +176,6 @@ impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
     }
-}
-
-/// NB: a gauge fixed at 1 rather than an OpenMetrics `info`, so that parsers of the classic text
-/// format (promtool, older scrapers) read it too.
-fn with_build_info(mut registry: Registry) -> Registry {
-    let build: Family<Labels<1>, Gauge> = Family::default();
-    build.get_or_create(&[("version", env!("CARGO_PKG_VERSION"))]).set(1);
-    registry.register("build_info", "Build information (always 1)", build);
-    registry
 }
 
 #[cfg(test)]

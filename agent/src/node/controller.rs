@@ -207,8 +207,7 @@ impl Controller {
     /// A decision about `worker` into the trail, with the phase as the verdict.
     async fn note_about(&self, worker: &str, code: Code, detail: String) {
         let (at, phase) = (self.now().await, self.state.phase.as_str());
-        let recorded = self.trail.record(at, worker, phase, code, detail, None).await;
-        if let Err(e) = recorded {
+        if let Err(e) = self.trail.record(at, worker, phase, code, detail, None).await {
             tracing::warn!(error = %e, decision = code.as_str(), "decision not stored in the trail");
         }
     }
@@ -239,8 +238,7 @@ impl Controller {
     /// The state the node acts on: the metadata server's and the last read Node labels' merged
     /// (the worse of the two: the labels never clear what the metadata server says).
     fn merged(&self) -> MaintenanceState {
-        let labels = self.last_info.as_ref().map(labels_state).unwrap_or_default();
-        merge(&self.metadata_state, &labels)
+        merge(&self.metadata_state, &self.last_info.as_ref().map(labels_state).unwrap_or_default())
     }
 
     /// A new read of the Node: the pool for the claim, the node-info metric, a trail note when
@@ -477,27 +475,22 @@ fn describe(cfg: &Config, p: &crate::vocab::node_info::Place, info: &NodeInfo) -
     } else {
         " (Node label)"
     };
-    format!(
-        "pool {}{pool_from}, slice {}, provisioning {}, accelerator {}, TPU topology {}",
-        or_dash(&p.pool),
-        or_dash(&p.slice),
-        info.provisioning.as_ref().map_or("-", |v| v.as_str()),
-        info.accelerator().unwrap_or("-"),
-        info.tpu_topology.as_ref().map_or("-", |t| t.text.as_str()),
-    )
+    let (pool, slice) = (or_dash(&p.pool), or_dash(&p.slice));
+    let provisioning = info.provisioning.as_ref().map_or("-", |v| v.as_str());
+    let accelerator = info.accelerator().unwrap_or("-");
+    let topology = info.tpu_topology.as_ref().map_or("-", |t| t.text.as_str());
+    format!("pool {pool}{pool_from}, slice {slice}, provisioning {provisioning}, accelerator {accelerator}, TPU topology {topology}")
 }
 
 /// `prev → next (reasons: …; sources: …; window … – …; can_reschedule=…)` for the trail and
 /// the Event.
 fn transition_detail(prev: &MaintenanceState, next: &MaintenanceState) -> String {
-    format!(
-        "{} → {} (reasons: {}; sources: {}; window {} – {}; can_reschedule={})",
-        prev.phase.as_str(),
-        next.phase.as_str(),
-        if next.reasons.is_empty() { "none".to_string() } else { next.reasons.join(",") },
-        if next.sources.is_empty() { "none".to_string() } else { next.sources_str() },
-        next.window_start.as_deref().unwrap_or("-"),
-        next.window_end.as_deref().unwrap_or("-"),
-        next.can_reschedule
-    )
+    let from = prev.phase.as_str();
+    let to = next.phase.as_str();
+    let can_reschedule = next.can_reschedule;
+    let reasons = if next.reasons.is_empty() { "none".to_string() } else { next.reasons.join(",") };
+    let sources = if next.sources.is_empty() { "none".to_string() } else { next.sources_str() };
+    let start = next.window_start.as_deref().unwrap_or("-");
+    let end = next.window_end.as_deref().unwrap_or("-");
+    format!("{from} → {to} (reasons: {reasons}; sources: {sources}; window {start} – {end}; can_reschedule={can_reschedule})")
 }

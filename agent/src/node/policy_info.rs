@@ -90,10 +90,9 @@ fn provisioning(raw: &RawNode, problems: &mut Vec<String>) -> Option<Provisionin
     let flags = [(spot, P::Spot), (preemptible, P::Preemptible), (flex, P::FlexStart)];
     match (flags.into_iter().find_map(|(on, p)| on.then_some(p)), model) {
         (Some(f), Some(P::Standard)) => {
+            let which = f.as_str();
             problems.push(format!(
-                "label {PROVISIONING_LABEL}=standard disagrees with the node's {} label; taken as {}",
-                f.as_str(),
-                f.as_str()
+                "label {PROVISIONING_LABEL}=standard disagrees with the node's {which} label; taken as {which}"
             ));
             Some(f)
         }
@@ -141,8 +140,7 @@ fn maintenance(raw: &RawNode, problems: &mut Vec<String>) -> GkeMaintenance {
         Ok(secs) if secs > 0 => secs.checked_mul(1000),
         _ => {
             problems.push(format!(
-                "label {SCHEDULED_MAINTENANCE_LABEL}={t:?} is not a Unix time in seconds; \
-                 a maintenance counts as scheduled with no known start"
+                "label {SCHEDULED_MAINTENANCE_LABEL}={t:?} is not a Unix time in seconds; a maintenance counts as scheduled with no known start"
             ));
             None
         }
@@ -152,8 +150,7 @@ fn maintenance(raw: &RawNode, problems: &mut Vec<String>) -> GkeMaintenance {
         Some(ACTIVE_MAINTENANCE_ONGOING) => true,
         Some(other) => {
             problems.push(format!(
-                "label {ACTIVE_MAINTENANCE_LABEL}={other:?} is not the documented \
-                 {ACTIVE_MAINTENANCE_ONGOING}; ignored"
+                "label {ACTIVE_MAINTENANCE_LABEL}={other:?} is not the documented {ACTIVE_MAINTENANCE_ONGOING}; ignored"
             ));
             false
         }

@@ -94,8 +94,7 @@ impl NodePublisher {
         // NB: with device taints a failed GPU taints its device, not the Node — while every
         // failed GPU has its device's rule: a failed write or a GPU no device stands for leaves
         // the Node taint standing in (`gpu.taint_on_failure`).
-        let node_taint = self.cfg.gpu.taint_on_failure && taints != Taints::Covered;
-        desired(k, &v.gpu, node_taint, &mut want);
+        desired(k, &v.gpu, self.cfg.gpu.taint_on_failure && taints != Taints::Covered, &mut want);
         if let Some(tpu) = &v.tpu {
             desired(k, tpu, self.cfg.tpu.taint_on_failure, &mut want);
         }
@@ -142,12 +141,9 @@ impl NodePublisher {
     /// guess), nor in observe mode on `v1alpha3` (its `None` effect needs Kubernetes 1.35).
     async fn publish_device_taints(&mut self) -> Taints {
         let Some(api) = self.device_taints.clone() else { return Taints::Off };
-        let gpu = &self.view.gpu;
-        if !gpu.settled() || !gpu.failures_known() {
-            return Taints::Uncovered;
-        }
-        let g = &self.cfg.gpu;
-        if self.cfg.dry_run && g.dra_api_version == "v1alpha3" {
+        let (gpu, g) = (&self.view.gpu, &self.cfg.gpu);
+        let observe_on_v1alpha3 = self.cfg.dry_run && g.dra_api_version == "v1alpha3";
+        if !gpu.settled() || !gpu.failures_known() || observe_on_v1alpha3 {
             return Taints::Uncovered;
         }
         self.device_checked = Some(tokio::time::Instant::now());
@@ -177,10 +173,9 @@ impl NodePublisher {
         for gpu in &plan.unmatched {
             tracing::warn!(gpu = %gpu, driver = %g.dra_driver, "GPU failed, but no device of this node's ResourceSlices is it: no device taint (the Node taint stands in)");
         }
-        if plan.unmatched.is_empty() {
-            Taints::Covered
-        } else {
-            Taints::Uncovered
+        match plan.unmatched.is_empty() {
+            true => Taints::Covered,
+            false => Taints::Uncovered,
         }
     }
 
@@ -190,8 +185,7 @@ impl NodePublisher {
         let Some(api) = &self.api else { return };
         let node = &self.cfg.node_name;
         let message = format!("vigil: {message}");
-        let call = tokio::time::timeout(KUBE_TIMEOUT, api.event(node, reason, &message, kind));
-        match call.await {
+        match tokio::time::timeout(KUBE_TIMEOUT, api.event(node, reason, &message, kind)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 self.metrics.kube.error(e.op());

@@ -40,7 +40,7 @@ pub struct Container {
 }
 
 /// A gang as a pod's labels name it: a namespaced id and, when the labels say, its size.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct PodGang {
     pub(crate) id: String,
     pub(crate) size: Option<u32>,
@@ -75,9 +75,7 @@ pub(crate) fn gang_of_pod(
     let get = |k: &str| labels.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
     let size_of =
         |v: Option<&String>| v.and_then(|n| n.trim().parse::<u32>().ok()).filter(|n| *n > 0);
-    let gang = |id: String, size: Option<u32>, source| {
-        Some(PodGang { id, size, source, attempt: None, jobset_uid: None })
-    };
+    let gang = |id, size, source| Some(PodGang { id, size, source, ..Default::default() });
     if let Some(g) = get(&format!("{worker_label}{GANG_SUFFIX}")) {
         let size = size_of(labels.get(&format!("{worker_label}{GANG_SIZE_SUFFIX}")));
         // NB: the same scoping as a record's gang (`hang::policy_membership`), so a label and a

@@ -140,11 +140,10 @@ impl CriRuntime {
     /// the runtime is unreachable; other statuses are refusals.
     fn classify(&self, op: &'static str, id: &str, st: Status, deadline: Duration) -> RuntimeError {
         use tonic::Code;
+        let transport = st.message().contains("transport");
         match st.code() {
             Code::Unavailable => RuntimeError::unreachable(self, st),
-            Code::Unknown if st.message().contains("transport") => {
-                RuntimeError::unreachable(self, st)
-            }
+            Code::Unknown if transport => RuntimeError::unreachable(self, st),
             Code::DeadlineExceeded | Code::Cancelled => {
                 RuntimeError::Timeout { op, container: id.to_string(), timeout: deadline }
             }
@@ -204,21 +203,13 @@ impl CriRuntime {
         Ok(listed.map_err(|e| self.classify("list", &id, e, d))?.containers)
     }
 
-    /// Whether the container is known to have exited (a failed read is not an exit).
-    async fn exited(&self, id: &str) -> bool {
-        let exited = ContainerState::ContainerExited as i32;
-        matches!(self.status(id, false).await,
-            Ok(Some(r)) if r.status.as_ref().is_some_and(|s| s.state == exited))
-    }
-
     /// The container's status (log path, host PID with `verbose`); `None` when it is gone.
     async fn status(
         &self,
         id: &str,
         verbose: bool,
     ) -> Result<Option<k8s_cri::v1::ContainerStatusResponse>, RuntimeError> {
-        let req = ContainerStatusRequest { container_id: id.to_string(), verbose };
-        let (req, d) = self.req(req);
+        let (req, d) = self.req(ContainerStatusRequest { container_id: id.to_string(), verbose });
         match within(d, self.client.clone().container_status(req)).await {
             Ok(r) => Ok(Some(r)),
             Err(st) if st.code() == tonic::Code::NotFound => Ok(None),
@@ -239,7 +230,10 @@ impl CriRuntime {
             // containerd is still in the kill (`ttrpc: closed`): the call fails, yet the container
             // stopped. What counts is the container's state, read again; kubelet's next attempt
             // follows as after any stop.
-            if !self.exited(id).await {
+            let read = self.status(id, false).await.ok().flatten().and_then(|r| r.status);
+            // A failed read, or a container gone, is not an exit.
+            let exited = read.is_some_and(|s| s.state == ContainerState::ContainerExited as i32);
+            if !exited {
                 return Err(self.classify("restart", id, e, d));
             }
             tracing::debug!(container = %id, error = %e.message(), "the stop call failed but the container exited: the stop took effect");
@@ -397,11 +391,9 @@ impl ContainerRuntime for CriRuntime {
         let newest = attempts.max_by_key(|x| x.metadata.as_ref().map(|m| m.attempt));
         let Some(x) = newest else { return Ok(None) };
         let Some(sb) = self.sandbox(&p.sandbox).await? else { return Ok(None) };
-        let mut next = sb.container(&x, &p.sandbox);
         // NB: the same container of the same pod keeps its devices across attempts (kubelet
         // allocates them per pod); this is polled during a restart, so the kubelet is not asked.
-        next.gpus = c.gpus.clone();
-        Ok(Some(next))
+        Ok(Some(Container { gpus: c.gpus.clone(), ..sb.container(&x, &p.sandbox) }))
     }
 
     /// The checkpoint signal, to the container's host PID (CRI has no kill).
@@ -415,9 +407,8 @@ impl ContainerRuntime for CriRuntime {
         let sig: nix::sys::signal::Signal =
             signal.parse().map_err(|_| refused(&format!("unknown signal {signal}")))?;
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).map_err(|e| {
-            refused(&format!(
-                "{signal} to host PID {pid}: {e} (signalling a CRI container needs the agent in the host PID namespace: hostPID: true)"
-            ))
+            let why = format!("{signal} to host PID {pid}: {e} (signalling a CRI container needs the agent in the host PID namespace: hostPID: true)");
+            refused(&why)
         })
     }
 

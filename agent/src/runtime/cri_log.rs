@@ -15,9 +15,7 @@ pub(crate) struct Record<'a> {
 /// Parse one record; `None` for a line that is not in the CRI format.
 pub(crate) fn parse_line(line: &str) -> Option<Record<'_>> {
     let mut parts = line.splitn(4, ' ');
-    let time = parts.next()?;
-    let stream = parts.next()?;
-    let tag = parts.next()?;
+    let (time, stream, tag) = (parts.next()?, parts.next()?, parts.next()?);
     // An empty message is written without its separating space.
     let message = parts.next().unwrap_or("");
     if !matches!(stream, "stdout" | "stderr") || time.is_empty() {

@@ -62,7 +62,6 @@ impl Remedies {
     pub(super) async fn of(&self, c: &Container, stops: Stops) -> Remediation {
         let Some(p) = &c.pod else { return Remediation::IN_PLACE };
         let (pod, uid) = (format!("{}/{}", p.pod.namespace, p.pod.name), &p.pod.uid);
-        let read = self.workload(p, stops).await;
         // NB: the operator's override covers what it always covered — a pod that a stop ends
         // with nothing to bring it back (failed: nothing awaited), or whose controllers cannot
         // be read with the API off (stopped as ever, its next attempt awaited) — never a stop
@@ -71,7 +70,7 @@ impl Remedies {
         // reads again, where a stop on a guess could spend a Job's backoffLimit unseen — and
         // whether a Job owns the pod is the read's to say (a Job with `manualSelector` labels
         // its pods with neither job label).
-        match read {
+        match self.workload(p, stops).await {
             // NB: the pod of that name in the API is another incarnation (deleted and created
             // again: a LeaderWorkerSet's group, a StatefulSet's pod) while this container is the
             // old one's: the answer would be the new pod's controllers', for a container they

@@ -47,17 +47,14 @@ impl Sandbox {
         // Pods of one template share their labels: `pod-name` makes each its own worker.
         // NB: with its namespace (`<namespace>.<pod>`: a namespace holds no dot), so that
         // `dev/trainer-0` and `ml/trainer-0` on one node are two workers, not one ambiguous id.
-        let worker = if worker == POD_NAME_ID {
-            format!("{}.{}", meta.namespace, meta.name)
-        } else {
-            worker.clone()
-        };
+        let (ns, name) = (&meta.namespace, &meta.name);
+        let worker = if worker == POD_NAME_ID { format!("{ns}.{name}") } else { worker.clone() };
         Some(Sandbox {
             worker,
             container: annotations.get(WORKER_CONTAINER_ANNOTATION).cloned(),
             checkpoint: annotations.get(checkpoint_annotation).cloned(),
             alert_only: alert_only(&labels, worker_label),
-            gang: gang_of_pod(Some(&meta.namespace), &labels, &annotations, worker_label),
+            gang: gang_of_pod(Some(ns), &labels, &annotations, worker_label),
             job: labels.contains_key(keys::JOB_NAME) || labels.contains_key("job-name"),
             pod: PodIdentity { namespace: meta.namespace, name: meta.name, uid: meta.uid },
         })
@@ -123,10 +120,8 @@ pub(super) fn at_pod_ip(method: &str, ip: &str) -> String {
         v6 if v6.contains(':') => format!("[{v6}]"),
         v4 => v4.to_string(),
     };
-    match url.set_host(Some(&host)) {
-        Ok(()) => url.to_string(),
-        Err(_) => method.to_string(),
-    }
+    let Ok(()) = url.set_host(Some(&host)) else { return method.to_string() };
+    url.to_string()
 }
 
 #[cfg(test)]

@@ -56,11 +56,10 @@ impl InspectCache {
     }
     fn forget(&self, id: Option<&str>) {
         self.epoch.fetch_add(1, Ordering::SeqCst);
-        if let Ok(mut e) = self.entries.lock() {
-            match id {
-                Some(id) => drop(e.remove(id)),
-                None => e.clear(),
-            }
+        let Ok(mut e) = self.entries.lock() else { return };
+        match id {
+            Some(id) => drop(e.remove(id)),
+            None => e.clear(),
         }
     }
 }
@@ -192,11 +191,10 @@ impl DockerRuntime {
             Err(BollardError::DockerResponseServerError { message, .. }) => {
                 RuntimeError::refused(self, op, id, &message)
             }
-            Err(BollardError::RequestTimeoutError) => RuntimeError::Timeout {
-                op,
-                container: id.to_string(),
-                timeout: if op == "restart" { self.timeout } else { self.call_timeout },
-            },
+            Err(BollardError::RequestTimeoutError) => {
+                let timeout = if op == "restart" { self.timeout } else { self.call_timeout };
+                RuntimeError::Timeout { op, container: id.to_string(), timeout }
+            }
             Err(other) => {
                 *self.client.lock().await = None;
                 RuntimeError::unreachable(self, other)

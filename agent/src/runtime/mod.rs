@@ -215,11 +215,7 @@ mod choose_tests {
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     #[error("{runtime} is unreachable: {source}")]
-    Unreachable {
-        runtime: String,
-        #[source]
-        source: crate::BoxError,
-    },
+    Unreachable { runtime: String, source: crate::BoxError },
     #[error("{runtime} refused `{op}` on container {container}: {detail}")]
     Refused { runtime: String, op: &'static str, container: String, detail: String },
     #[error("`{op}` on container {container} did not finish within {timeout:?}")]
@@ -259,13 +255,10 @@ pub trait ContainerRuntime: Send + Sync {
         // goes behind its pod's controllers — no restart counted, a `Never` pod's container
         // started again, a JobSet or LeaderWorkerSet that restarts the whole job never told.
         // The CRI (cri-dockerd serves one) restarts it their way.
-        match (&c.pod, &c.kube_pod) {
-            (None, Some(p)) => Remediation::Refuse(format!(
-                "the kubelet's container of pod {}/{} (cri-dockerd): a restart through the Docker API would go behind its pod's controllers; point Vigil at the CRI (`runtime.kind = \"cri\"`, `runtime.cri_socket` = cri-dockerd's socket) to restart it their way",
-                p.namespace, p.name
-            )),
-            _ => Remediation::IN_PLACE,
-        }
+        let (None, Some(p)) = (&c.pod, &c.kube_pod) else { return Remediation::IN_PLACE };
+        let pod = format!("{}/{}", p.namespace, p.name);
+        let why = format!("the kubelet's container of pod {pod} (cri-dockerd): a restart through the Docker API would go behind its pod's controllers; point Vigil at the CRI (`runtime.kind = \"cri\"`, `runtime.cri_socket` = cri-dockerd's socket) to restart it their way");
+        Remediation::Refuse(why)
     }
     /// Restart it: SIGTERM, wait `stop_grace`, SIGKILL, start (Docker); stop it and wait for
     /// kubelet's next attempt (CRI). A zero grace is a SIGKILL at once.

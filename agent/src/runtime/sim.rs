@@ -257,8 +257,7 @@ impl ContainerRuntime for FakeRuntime {
         Ok(())
     }
     async fn remediation(&self, c: &Container, _stops: Stops) -> Remediation {
-        let s = self.state.lock().unwrap();
-        s.remediations.get(&c.id).cloned().unwrap_or(Remediation::IN_PLACE)
+        self.state.lock().unwrap().remediations.get(&c.id).cloned().unwrap_or(Remediation::IN_PLACE)
     }
     /// A stop: the container ends, and nothing starts it again (its controller would).
     async fn fail(

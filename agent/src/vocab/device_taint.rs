@@ -67,11 +67,7 @@ fn digest(s: &str) -> u64 {
 /// `s` lowercased, anything outside `[a-z0-9-]` as `-`, at most `max` characters, no `-` at
 /// either end.
 fn dns_part(s: &str, max: usize) -> String {
-    let mut out: String = s
-        .to_ascii_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect();
+    let mut out = s.to_ascii_lowercase().replace(|c: char| !c.is_ascii_alphanumeric(), "-");
     out.truncate(max);
     out.trim_matches('-').to_string()
 }

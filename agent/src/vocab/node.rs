@@ -187,10 +187,9 @@ pub(crate) fn truncate(s: &str, max: usize) -> String {
 /// A `<key>=true:NoSchedule` taint on the Node while `on`, removed otherwise (the GPU and TPU
 /// failure taints, and the termination taint).
 pub(crate) fn no_schedule_taint(d: &mut NodeDesired, key: String, on: bool) {
-    if on {
-        d.add_taints.push(Taint { key, value: "true".into(), effect: "NoSchedule".into() });
-    } else {
-        d.remove_taints.push(key);
+    match on {
+        true => d.add_taints.push(Taint { key, value: "true".into(), effect: "NoSchedule".into() }),
+        false => d.remove_taints.push(key),
     }
 }
 

@@ -13,11 +13,8 @@ use crate::vocab::node_info::NodeInfo;
 /// Whether a pending window starts within `horizon` of `now` (ms). An unknown or unparseable
 /// start counts as near: without a date, caution wins.
 pub(crate) fn pending_near(st: &MaintenanceState, now: Millis, horizon: Duration) -> bool {
-    if st.phase != Phase::Pending {
-        return false;
-    }
     let start = st.window_start.as_deref().and_then(parse_rfc3339);
-    start.is_none_or(|start| start - now <= ms(horizon))
+    st.phase == Phase::Pending && start.is_none_or(|start| start - now <= ms(horizon))
 }
 
 /// Whether this phase interrupts the workers (they may stall, the node may go).

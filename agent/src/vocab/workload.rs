@@ -267,9 +267,9 @@ pub fn remediation(w: &Workload, stops: Stops) -> Remediation {
     // NB: only a restart in place keeps the device: a pod failed for its controller is
     // replaced, and a new pod is not given a device its kubelet reports unhealthy.
     if !w.unhealthy.is_empty() && r.restarted_in_place() {
+        let devices = w.unhealthy.join(", ");
         return Remediation::Refuse(format!(
-            "the kubelet reports its device(s) {} Unhealthy (allocatedResourcesStatus): a restart in place on a failed device cannot help; the device must be fixed or the pod placed elsewhere",
-            w.unhealthy.join(", ")
+            "the kubelet reports its device(s) {devices} Unhealthy (allocatedResourcesStatus): a restart in place on a failed device cannot help; the device must be fixed or the pod placed elsewhere"
         ));
     }
     r
@@ -287,44 +287,36 @@ pub fn replaceable_on_request(w: &Workload) -> bool {
 
 /// The table without the kubelet's device health (rows 1–11).
 fn by_controllers(w: &Workload, stops: Stops) -> Remediation {
-    if let Some(what) = &w.missing {
+    let Workload { pod, container, policy, container_policy, job, lws, missing, .. } = w;
+    if let Some(what) = missing {
         return Remediation::Refuse(format!(
-            "pod {} names {what}, which the API does not have: how its controller restarts it is unknown",
-            w.pod
+            "pod {pod} names {what}, which the API does not have: how its controller restarts it is unknown"
         ));
     }
-    if let Some(lws) = w.lws.as_ref().filter(|l| l.recreate_group) {
+    if let Some(LwsFacts { name, group, .. }) = lws.as_ref().filter(|l| l.recreate_group) {
         return Remediation::OneForAll {
             kill: false,
-            how: format!(
-                "LeaderWorkerSet {} recreates the whole group when one of its pods restarts: one member is stopped, the group follows",
-                lws.name
-            ),
-            whole: format!("lws:{}/{}", lws.name, lws.group),
+            how: format!("LeaderWorkerSet {name} recreates the whole group when one of its pods restarts: one member is stopped, the group follows"),
+            whole: format!("lws:{name}/{group}"),
         };
     }
-    let counted = w.job.is_some() && w.policy == RestartPolicy::OnFailure;
+    let counted = job.is_some() && *policy == RestartPolicy::OnFailure;
     if let Some(why) = in_place_uncounted(w).filter(|_| !counted) {
         return Remediation::InPlace {
             kill: true,
-            how: format!(
-                "container {} of pod {} {why}: it is stopped with SIGKILL and restarted in place (the pod does not fail)",
-                w.container, w.pod
-            ),
+            how: format!("container {container} of pod {pod} {why}: it is stopped with SIGKILL and restarted in place (the pod does not fail)"),
         };
     }
-    if w.container_policy == Some(RestartPolicy::Never) && w.policy != RestartPolicy::Never {
+    if *container_policy == Some(RestartPolicy::Never) && *policy != RestartPolicy::Never {
         return Remediation::Refuse(format!(
-            "container {} of pod {} has restartPolicy Never of its own: a stop ends it, nothing restarts it",
-            w.container, w.pod
+            "container {container} of pod {pod} has restartPolicy Never of its own: a stop ends it, nothing restarts it"
         ));
     }
-    match (&w.job, w.policy) {
+    match (job, *policy) {
         (Some(job), RestartPolicy::OnFailure | RestartPolicy::Never) => of_job(w, job, stops),
         (_, RestartPolicy::Always | RestartPolicy::OnFailure) => in_place(w),
         (_, RestartPolicy::Never) => Remediation::Refuse(format!(
-            "pod {} has restartPolicy Never and no controller that replaces it: stopping its container would end the pod, not restart it (set runtime.allow_pod_replacement = true to allow it)",
-            w.pod
+            "pod {pod} has restartPolicy Never and no controller that replaces it: stopping its container would end the pod, not restart it (set runtime.allow_pod_replacement = true to allow it)"
         )),
     }
 }
@@ -333,13 +325,11 @@ fn by_controllers(w: &Workload, stops: Stops) -> Remediation {
 /// own) by a kill: a worker that exits 0 at SIGTERM (a polite trainer's handler) has succeeded
 /// in the kubelet's eyes, and its container would never come back.
 fn in_place(w: &Workload) -> Remediation {
-    let kill = w.container_policy.unwrap_or(w.policy) == RestartPolicy::OnFailure;
+    let Workload { pod, container, policy, container_policy, .. } = w;
+    let kill = container_policy.unwrap_or(*policy) == RestartPolicy::OnFailure;
     let how = match kill {
-        true => format!(
-            "container {} of pod {} (restartPolicy OnFailure) is stopped with SIGKILL and restarted in place by the kubelet: an exit 0 at SIGTERM would be a success, never restarted",
-            w.container, w.pod
-        ),
-        false => format!("pod {} is restarted in place by the kubelet", w.pod),
+        true => format!("container {container} of pod {pod} (restartPolicy OnFailure) is stopped with SIGKILL and restarted in place by the kubelet: an exit 0 at SIGTERM would be a success, never restarted"),
+        false => format!("pod {pod} is restarted in place by the kubelet"),
     };
     Remediation::InPlace { kill, how }
 }
@@ -369,32 +359,28 @@ fn restart_rule(w: &Workload) -> Option<&RestartRule> {
 
 /// A pod of a Job: within `backoffLimit`, each pod once; past it, the JobSet's restart or none.
 fn of_job(w: &Workload, job: &JobFacts, stops: Stops) -> Remediation {
+    let JobFacts { name: job_name, backoff_limit, retries, per_index, .. } = job;
     if let Some(refused) = other_container_rule(w, job) {
         return refused;
     }
     let reason = match failure_rule(w, job) {
         // An ignored failure is not counted: the pod is replaced, whatever the count.
         Some(r) if r.action == "Ignore" => {
-            return Remediation::Replace {
-                how: format!(
-                    "Job {}'s pod failure policy ignores exit code {KILLED_EXIT}: the pod is failed (SIGKILL) and the Job replaces it, uncounted",
-                    job.name
-                ),
-            };
+            return Remediation::Replace { how: format!(
+                "Job {job_name}'s pod failure policy ignores exit code {KILLED_EXIT}: the pod is failed (SIGKILL) and the Job replaces it, uncounted"
+            ) };
         }
         Some(r) if r.action == "FailJob" => Some("PodFailurePolicy"),
         Some(r) if r.action == "FailIndex" => {
             return Remediation::Refuse(format!(
-                "Job {}'s pod failure policy answers FailIndex to exit code {KILLED_EXIT}: the index would be failed, not restarted",
-                job.name
+                "Job {job_name}'s pod failure policy answers FailIndex to exit code {KILLED_EXIT}: the index would be failed, not restarted"
             ));
         }
         _ => None,
     };
-    if let Some(limit) = job.per_index {
+    if let Some(limit) = per_index {
         return Remediation::Refuse(format!(
-            "Job {} limits retries per index (backoffLimitPerIndex {limit}), which Vigil does not count: a stop could fail the index",
-            job.name
+            "Job {job_name} limits retries per index (backoffLimitPerIndex {limit}), which Vigil does not count: a stop could fail the index"
         ));
     }
     if let Some(r) = room(w, job, stops).filter(|_| reason.is_none()) {
@@ -402,8 +388,7 @@ fn of_job(w: &Workload, job: &JobFacts, stops: Stops) -> Remediation {
     }
     let reason = reason.unwrap_or("BackoffLimitExceeded");
     let fails = format!(
-        "a stop fails Job {} ({reason}: backoffLimit {}, {} used)",
-        job.name, job.backoff_limit, job.retries
+        "a stop fails Job {job_name} ({reason}: backoffLimit {backoff_limit}, {retries} used)"
     );
     let Some(js) = &w.jobset else {
         return Remediation::Refuse(format!(
@@ -427,10 +412,10 @@ fn room(w: &Workload, job: &JobFacts, stops: Stops) -> Option<Remediation> {
     if let Some(r) = within_limit(w, job, stops) {
         return Some(r);
     }
+    let JobFacts { name, backoff_limit, retries, parallelism, .. } = job;
     (stops == Stops::EveryPod && within_limit(w, job, Stops::One).is_some()).then(|| {
         Remediation::Refuse(format!(
-            "stopping every pod of Job {} would fail it partway (backoffLimit {}, {} used, parallelism {}), and one pod's stop does not fail it: no one stop restarts the whole; its controller decides",
-            job.name, job.backoff_limit, job.retries, job.parallelism
+            "stopping every pod of Job {name} would fail it partway (backoffLimit {backoff_limit}, {retries} used, parallelism {parallelism}), and one pod's stop does not fail it: no one stop restarts the whole; its controller decides"
         ))
     })
 }
@@ -499,48 +484,46 @@ fn other_container_rule(w: &Workload, job: &JobFacts) -> Option<Remediation> {
 /// `Ok` when it restarts (recreates every Job), `Err` when it does not (it fails, its restarts
 /// are spent, or what it does is unknown).
 pub(crate) fn jobset_restarts(js: &JobSetFacts, reason: &str) -> Result<String, String> {
-    let Some(max) = js.max_restarts else {
+    let JobSetFacts { name: jobset_name, replicated_job, max_restarts, rules, restarts, strategy } =
+        js;
+    let Some(max) = max_restarts else {
         return Err(format!(
-            "JobSet {} has no failurePolicy: a failed Job fails the JobSet",
-            js.name
+            "JobSet {jobset_name} has no failurePolicy: a failed Job fails the JobSet"
         ));
     };
-    if js.strategy == "InPlaceRestart" {
+    if strategy == "InPlaceRestart" {
         return Err(format!(
-            "JobSet {} restarts in place with its own agent (restartStrategy InPlaceRestart): Vigil leaves the restart to it",
-            js.name
+            "JobSet {jobset_name} restarts in place with its own agent (restartStrategy InPlaceRestart): Vigil leaves the restart to it"
         ));
     }
-    let rule = js.rules.iter().find(|r| {
+    let rule = rules.iter().find(|r| {
         (r.reasons.is_empty() || r.reasons.iter().any(|x| x == reason))
-            && (r.targets.is_empty() || r.targets.contains(&js.replicated_job))
+            && (r.targets.is_empty() || r.targets.contains(replicated_job))
     });
     if let Some(r) = rule.filter(|r| r.on_message) {
         return Err(format!(
-            "JobSet {}'s failure policy rule {} also matches the failure's message, which is not known before the failure: what it does is unknown",
-            js.name, r.name
+            "JobSet {jobset_name}'s failure policy rule {} also matches the failure's message, which is not known before the failure: what it does is unknown",
+            r.name
         ));
     }
-    let named = rule.filter(|r| !r.name.is_empty()).map(|r| format!(" (rule {})", r.name));
-    let named = named.unwrap_or_default();
+    let rule_note = rule.filter(|r| !r.name.is_empty()).map(|r| format!(" (rule {})", r.name));
+    let rule_note = rule_note.unwrap_or_default();
     match rule.map(|r| r.action.as_str()) {
-        Some("RestartJobSetAndIgnoreMaxRestarts") => {
-            Ok(format!("JobSet {} restarts on it{named}, whatever its restarts", js.name))
-        }
-        Some("RestartJobSet") | None if js.restarts < max => Ok(format!(
-            "JobSet {} restarts on it (restart {} of maxRestarts {max})",
-            js.name,
-            js.restarts + 1
+        Some("RestartJobSetAndIgnoreMaxRestarts") => Ok(format!(
+            "JobSet {jobset_name} restarts on it{rule_note}, whatever its restarts"
+        )),
+        Some("RestartJobSet") | None if restarts < max => Ok(format!(
+            "JobSet {jobset_name} restarts on it (restart {} of maxRestarts {max})",
+            restarts + 1
         )),
         Some("RestartJobSet") | None => Err(format!(
-            "JobSet {}'s restarts are spent ({} of maxRestarts {max}): the next failure fails the JobSet",
-            js.name, js.restarts
+            "JobSet {jobset_name}'s restarts are spent ({restarts} of maxRestarts {max}): the next failure fails the JobSet"
         )),
         // FailJobSet; and RestartJob (alpha), which recreates the failed Job alone while the
         // other Jobs' ranks stay hung.
-        Some(action) => {
-            Err(format!("JobSet {}'s failure policy answers {action}{named} to {reason}", js.name))
-        }
+        Some(action) => Err(format!(
+            "JobSet {jobset_name}'s failure policy answers {action}{rule_note} to {reason}"
+        )),
     }
 }
 

@@ -102,17 +102,16 @@ pub(crate) fn router(state: WorkerApiState) -> Router {
         .with_state(state)
 }
 
-/// Serve the worker API on `listener` until `shutdown` fires.
-pub(crate) async fn serve<L: Listen>(
-    listener: L,
-    state: WorkerApiState,
-    shutdown: CancellationToken,
-) {
-    serve_router(listener, router(state), shutdown, LIMITS).await;
+/// Serve the worker API on `listener` until `stop` fires.
+pub(crate) async fn serve<L: Listen>(listener: L, state: WorkerApiState, stop: CancellationToken) {
+    serve_router(listener, router(state), stop, LIMITS).await;
 }
 
 /// An answer, the outcome label it is counted under, and when to try again (`Retry-After`).
 struct Answer(StatusCode, &'static str, String, Option<u64>);
+
+/// A step of a request: what it gives, or the [`Answer`] that refuses the request.
+type Result<T, E = Answer> = std::result::Result<T, E>;
 
 impl Answer {
     fn ok(label: &'static str, text: String) -> Answer {
@@ -200,7 +199,7 @@ impl WorkerApiState {
         id: &str,
         headers: &HeaderMap,
         body: Body,
-    ) -> Result<Answer, Answer> {
+    ) -> Result<Answer> {
         // A declared length past what would ever be drained is refused before any read: nobody
         // gets to hold a connection for `BODY_READ_TIMEOUT` by announcing gigabytes.
         let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok());
@@ -215,9 +214,8 @@ impl WorkerApiState {
             return Err(Answer::invalid(StatusCode::BAD_REQUEST, why));
         }
         let heartbeat = rank_field("heartbeat", write.rank);
-        let now = write_status(self.coord.as_ref(), &self.keys, id, &write.fields, &heartbeat)
-            .await
-            .map_err(|e| Answer::unavailable(e.to_string()))?;
+        let now = write_status(&*self.coord, &self.keys, id, &write.fields, &heartbeat).await;
+        let now = now.map_err(|e| Answer::unavailable(e.to_string()))?;
         // NB: best effort: the beat is stored; a failed read only leaves the request for the next.
         let record = self.coord.hgetall(&self.keys.status(id)).await.unwrap_or_default();
         let mut answer = pending_checkpoint(&record, write.rank);
@@ -235,12 +233,7 @@ impl WorkerApiState {
         Ok(Answer::ok("accepted", Value::Object(answer).to_string()))
     }
 
-    async fn answer_read(
-        &self,
-        peer: &Peer,
-        id: &str,
-        headers: &HeaderMap,
-    ) -> Result<Answer, Answer> {
+    async fn answer_read(&self, peer: &Peer, id: &str, headers: &HeaderMap) -> Result<Answer> {
         self.admit(peer, id, headers).await?;
         let record = self.coord.hgetall(&self.keys.status(id)).await;
         let record = record.map_err(|e| Answer::unavailable(e.to_string()))?;
@@ -249,12 +242,7 @@ impl WorkerApiState {
     }
 
     /// A valid worker id, and a caller proven to be that worker (or trusted loopback).
-    async fn admit(
-        &self,
-        peer: &Peer,
-        id: &str,
-        headers: &HeaderMap,
-    ) -> Result<Option<Container>, Answer> {
+    async fn admit(&self, peer: &Peer, id: &str, headers: &HeaderMap) -> Result<Option<Container>> {
         if !valid_worker_id(id) {
             let why = "worker id must be 1-128 characters of [A-Za-z0-9._-]";
             return Err(Answer::invalid(StatusCode::BAD_REQUEST, why));
@@ -276,27 +264,26 @@ impl WorkerApiState {
     /// A unix-socket peer whose cgroup is named after `c` is in `c` only when its cgroups are
     /// those of the runtime's init process for `c`, or below them
     /// (`crate::worker_api::peer::within`).
-    async fn prove_container(&self, cgroup: &str, c: &Container) -> Result<(), Answer> {
+    async fn prove_container(&self, cgroup: &str, c: &Container) -> Result<()> {
+        let name = c.display();
         let pid = ask_runtime(self.directory.init_pid(&c.id)).await?.ok_or_else(|| {
-            Answer::unavailable(format!(
-                "the container runtime names no process for {}: cannot prove the caller is in it",
-                c.display()
-            ))
+            let why = format!("the container runtime names no process for {name}: cannot prove the caller is in it");
+            Answer::unavailable(why)
         })?;
-        let init = self.procfs.cgroup_of_pid(pid).map_err(|e| {
-            Answer::unavailable(format!("the init process of {}: {e}", c.display()))
-        })?;
+        let init = self
+            .procfs
+            .cgroup_of_pid(pid)
+            .map_err(|e| Answer::unavailable(format!("the init process of {name}: {e}")))?;
         if within(cgroup, &init, &c.id) {
             return Ok(());
         }
-        let name = c.display();
         let first = cgroup.lines().next().unwrap_or_default();
         let why = format!("the caller's cgroup is named after {name} but is not where the runtime runs it: {first}");
         Err(Answer::forbidden(why))
     }
 
     /// Who sent the write, as proven by its listener's means.
-    async fn authenticate(&self, peer: &Peer, headers: &HeaderMap) -> Result<Caller, Answer> {
+    async fn authenticate(&self, peer: &Peer, headers: &HeaderMap) -> Result<Caller> {
         match peer {
             Peer::Unix { pid, cgroup: Ok(cgroup) } => Ok(match container_of(cgroup) {
                 Some(id) => Caller::Container { id, cgroup: cgroup.clone() },
@@ -317,14 +304,11 @@ impl WorkerApiState {
         }
     }
 
-    async fn review(&self, from: std::net::IpAddr, headers: &HeaderMap) -> Result<Caller, Answer> {
+    async fn review(&self, from: std::net::IpAddr, headers: &HeaderMap) -> Result<Caller> {
         let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         let token = bearer.and_then(|v| v.strip_prefix("Bearer ")).map(str::trim);
-        let Some(token) = token.filter(|t| !t.is_empty()) else {
-            return Err(Answer::unauthenticated(
-                "send the worker's projected ServiceAccount token: Authorization: Bearer <token>",
-            ));
-        };
+        let why = "send the worker's projected ServiceAccount token: Authorization: Bearer <token>";
+        let token = token.filter(|t| !t.is_empty()).ok_or_else(|| Answer::unauthenticated(why))?;
         if token.len() > MAX_TOKEN {
             let len = token.len();
             let why = format!("the bearer token is {len} bytes; a projected ServiceAccount token is at most {MAX_TOKEN}");
@@ -405,7 +389,7 @@ fn pending_checkpoint(record: &HashMap<String, String>, rank: Option<u32>) -> Ma
 /// One call to the runtime, bounded by [`LIST_TIMEOUT`]; no answer is a 503.
 async fn ask_runtime<T>(
     call: impl std::future::Future<Output = Result<T, crate::runtime::RuntimeError>>,
-) -> Result<T, Answer> {
+) -> Result<T> {
     tokio::time::timeout(LIST_TIMEOUT, call)
         .await
         .map_err(|_| Answer::unavailable("the container runtime did not answer in time"))?
@@ -414,7 +398,7 @@ async fn ask_runtime<T>(
 
 /// Reads a status body of at most [`MAX_STATUS_BODY`] bytes, answering 413 (after draining, see
 /// [`MAX_DRAIN`]) when it is bigger and 408 when the client stalls.
-async fn read_status_body(mut body: Body) -> Result<Bytes, Answer> {
+async fn read_status_body(mut body: Body) -> Result<Bytes> {
     use http_body_util::BodyExt;
     let read = async move {
         let mut kept = Vec::new();

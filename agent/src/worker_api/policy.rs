@@ -15,20 +15,13 @@ use crate::runtime::container::{Container, PodIdentity};
 pub(crate) enum Caller {
     /// A loopback connection with `worker_api.auth = "none"`: anyone on this host.
     Loopback,
-    /// A pod, as a TokenReview of its bound ServiceAccount token described it.
-    Pod {
-        pod: PodIdentity,
-        /// The node the token was minted on, when the API server says (Kubernetes ≥ 1.30).
-        node: Option<String>,
-    },
+    /// A pod, as a TokenReview of its bound ServiceAccount token described it, and the node the
+    /// token was minted on, when the API server says (Kubernetes ≥ 1.30).
+    Pod { pod: PodIdentity, node: Option<String> },
     /// A process whose cgroup is named after a container of this host: a claim, proven only
-    /// once its cgroups are found at or below that container's init process's
-    /// (`crate::worker_api::peer::within`).
-    Container {
-        id: String,
-        /// The peer's `/proc/<pid>/cgroup`, for that proof.
-        cgroup: String,
-    },
+    /// once its cgroups (`cgroup`, the peer's `/proc/<pid>/cgroup`) are found at or below that
+    /// container's init process's (`crate::worker_api::peer::within`).
+    Container { id: String, cgroup: String },
     /// A unix-socket peer that is in no container (a host process).
     HostProcess { pid: i32 },
 }
@@ -76,8 +69,7 @@ pub(crate) fn authorize<'a>(
     containers: &'a [Container],
 ) -> Result<Option<&'a Container>, Refusal> {
     let carriers: Vec<&Container> = containers.iter().filter(|c| c.worker == worker).collect();
-    let live: Vec<&Container> =
-        carriers.iter().copied().filter(|c| c.running || c.paused).collect();
+    let live: Vec<_> = carriers.iter().copied().filter(|c| c.running || c.paused).collect();
     match caller {
         Caller::Loopback => return Ok(None),
         Caller::HostProcess { .. } => return Err(Refusal(format!(

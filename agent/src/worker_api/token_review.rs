@@ -33,6 +33,9 @@ const MAX_CACHED: usize = 4096;
 /// What the cache is keyed by.
 type Digest = [u8; 32];
 
+/// A cache by token digest.
+type Cache<V> = Mutex<HashMap<Digest, V>>;
+
 fn digest(token: &str) -> Digest {
     let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes());
     d.as_ref().try_into().expect("a SHA-256 digest is 32 bytes")
@@ -146,12 +149,7 @@ impl TokenReviewer for KubeTokenReview {
 
 /// Inserts into a map of at most [`MAX_CACHED`] entries: a new key past it drops the entries no
 /// longer `fresh`, then all.
-fn insert_bounded<V>(
-    map: &Mutex<HashMap<Digest, V>>,
-    key: Digest,
-    value: V,
-    fresh: impl Fn(&V) -> bool,
-) {
+fn insert_bounded<V>(map: &Cache<V>, key: Digest, value: V, fresh: impl Fn(&V) -> bool) {
     let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
     if map.len() >= MAX_CACHED && !map.contains_key(&key) {
         map.retain(|_, v| fresh(v));
@@ -167,9 +165,9 @@ fn insert_bounded<V>(
 pub(crate) struct CachedReviews<R> {
     inner: R,
     ttl: Duration,
-    answers: Mutex<HashMap<Digest, (Instant, Reviewed)>>,
+    answers: Cache<(Instant, Reviewed)>,
     /// Digests of tokens that proved a pod, and when (at most `MAX_CACHED`, 40 bytes each).
-    vouched: Mutex<HashMap<Digest, Instant>>,
+    vouched: Cache<Instant>,
 }
 
 impl<R: TokenReviewer> CachedReviews<R> {
@@ -209,8 +207,7 @@ impl<R: TokenReviewer> TokenReviewer for CachedReviews<R> {
     }
 
     async fn review(&self, token: &str) -> Result<Reviewed, ReviewUnavailable> {
-        let now = Instant::now();
-        let key = digest(token);
+        let (key, now) = (digest(token), Instant::now());
         if let Some(answer) = self.cached(&key, now) {
             return Ok(answer);
         }

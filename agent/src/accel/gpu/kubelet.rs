@@ -28,13 +28,9 @@ pub(crate) fn reports_of(pods: &[NodePod]) -> Vec<KubeletReport> {
     let mut out = Vec::new();
     for p in pods.iter().filter(|p| !p.terminal()) {
         for d in &p.unhealthy {
-            let device = if d.resource.starts_with("nvidia.com/") {
-                gpu_id(&d.device)
-            } else if d.resource.starts_with("claim:") && dra_id(&d.device).is_some() {
-                Some(d.device.clone())
-            } else {
-                None
-            };
+            let plugin = d.resource.starts_with("nvidia.com/");
+            let dra = d.resource.starts_with("claim:") && dra_id(&d.device).is_some();
+            let device = if plugin { gpu_id(&d.device) } else { dra.then(|| d.device.clone()) };
             let Some(device) = device else { continue };
             let (container, resource) = (d.container.clone(), d.resource.clone());
             out.push(KubeletReport { device, pod: p.display(), container, resource });
@@ -66,7 +62,7 @@ pub(crate) async fn resolve(
     let mut error = None;
     let mut out = Vec::with_capacity(reports.len());
     let mut listed: BTreeMap<String, Vec<_>> = BTreeMap::new();
-    for mut r in reports {
+    for r in reports {
         if !r.resource.starts_with("claim:") {
             out.push(r);
             continue;
@@ -84,10 +80,8 @@ pub(crate) async fn resolve(
         // NB: `get`, not an index (no panic path), though the driver's devices are listed by now.
         let mut listed_here = listed.get(driver).into_iter().flatten();
         let device = listed_here.find(|d| d.pool == pool && d.name == name);
-        let gpu = device.and_then(|d| d.parent_uuid.clone().or_else(|| d.uuid.clone()));
-        if let Some(uuid) = gpu {
-            r.device = uuid;
-            out.push(r);
+        if let Some(uuid) = device.and_then(|d| d.parent_uuid.clone().or_else(|| d.uuid.clone())) {
+            out.push(KubeletReport { device: uuid, ..r });
         }
     }
     out.sort();
@@ -108,8 +102,7 @@ pub async fn follow(
     every: Duration,
     stop: CancellationToken,
 ) {
-    let mut errors = Throttled::default();
-    let mut slice_errors = Throttled::default();
+    let (mut errors, mut slice_errors) = (Throttled::default(), Throttled::default());
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut read = false;
@@ -131,13 +124,10 @@ pub async fn follow(
                     continue;
                 }
                 read = true;
-                let list = match pods.node_pods(&node).await {
-                    Ok(list) => list,
-                    Err(e) => {
-                        errors.warn("cannot list the node's pods: the kubelet's device health last read stands", &e);
-                        continue;
-                    }
-                };
+                let listed = pods.node_pods(&node).await.inspect_err(|e| {
+                    errors.warn("cannot list the node's pods: the kubelet's device health last read stands", e)
+                });
+                let Ok(list) = listed else { continue };
                 errors.ok("the node's pods are readable again: the kubelet's device health is read");
                 let (next, error) = resolve(reports_of(&list), slices.as_deref(), &node).await;
                 match error {

@@ -46,8 +46,7 @@ impl Throttled {
             return;
         }
         tracing::warn!(error = %e, suppressed = self.suppressed, "{what}");
-        self.last = Some(Instant::now());
-        self.suppressed = 0;
+        (self.last, self.suppressed) = (Some(Instant::now()), 0);
     }
 
     pub(crate) fn ok(&mut self, what: &'static str) {
@@ -130,8 +129,7 @@ impl Keeper {
         match self.store.write(&next) {
             Ok(()) => {
                 self.errors.ok("GPU state file writable again");
-                self.last = Some(next);
-                self.last_at = now_ms;
+                (self.last, self.last_at) = (Some(next), now_ms);
             }
             Err(e) => self.errors.warn(
                 "cannot write the GPU state file; a failed GPU would be forgotten by an agent restart",
@@ -166,7 +164,12 @@ pub(crate) fn run_monitor(
         if let Err(e) = &watchdog {
             tracing::warn!(error = %e, "cannot start the NVML watchdog thread; a wedged driver would go unreported");
         }
-        Verdict::start(store, kubelet, cfg, tx).follow(probe, stop, &calls);
+        // The first verdict, published: the failures kept across restarts (with a state file),
+        // rejudged.
+        let (keeper, seed) = store.map(Keeper::open).unzip();
+        let report = rejudge(&seed.unwrap_or_default(), cfg);
+        tx.send_replace(report.clone());
+        Verdict { report, keeper, heard: Vec::new(), kubelet, cfg, tx }.follow(probe, stop, &calls);
         calls.lock().done = true;
     });
     tracing::debug!("GPU monitor stopped");
@@ -239,10 +242,7 @@ fn watchdog(
         );
         // NB: published under the lock, so the monitor's own report (after the call returns)
         // always comes later.
-        tx.send_modify(|r| {
-            r.state = GpuMonitorState::NvmlHung;
-            r.hung = Some(hung);
-        });
+        tx.send_modify(|r| (r.state, r.hung) = (GpuMonitorState::NvmlHung, Some(hung)));
     }
 }
 
@@ -257,21 +257,7 @@ struct Verdict<'a> {
     tx: &'a watch::Sender<GpuReport>,
 }
 
-impl<'a> Verdict<'a> {
-    /// The first verdict, published: the failures kept across restarts (with a state file),
-    /// rejudged.
-    fn start(
-        store: Option<StateStore>,
-        kubelet: Option<Kubelet>,
-        cfg: &'a GpuConfig,
-        tx: &'a watch::Sender<GpuReport>,
-    ) -> Self {
-        let (keeper, seed) = store.map(Keeper::open).unzip();
-        let report = rejudge(&seed.unwrap_or_default(), cfg);
-        tx.send_replace(report.clone());
-        Verdict { report, keeper, heard: Vec::new(), kubelet, cfg, tx }
-    }
-
+impl Verdict<'_> {
     /// Take `report` as the verdict: the failures kept, and published (`always`: even when it
     /// is the same).
     fn set(&mut self, report: GpuReport, always: bool) {
@@ -314,8 +300,7 @@ impl<'a> Verdict<'a> {
     /// followed and published until `stop`.
     fn follow(mut self, mut probe: Box<dyn GpuProbe>, stop: &CancellationToken, calls: &Calls) {
         let mut samples: Vec<GpuSample> = Vec::new();
-        let mut sample_errors = Throttled::default();
-        let mut xid_errors = Throttled::default();
+        let (mut sample_errors, mut xid_errors) = (Throttled::default(), Throttled::default());
         let mut next_sample = Instant::now();
         while !stop.is_cancelled() {
             if Instant::now() >= next_sample {
@@ -369,15 +354,9 @@ fn log_changes(prev: &GpuReport, next: &GpuReport) {
         tracing::warn!(gpu = %b.gpu, xid = b.xid, "GPU XID episode began: {}", b.detail);
     }
     for (gpu, e) in ended(prev, next) {
-        tracing::info!(
-            gpu = %gpu,
-            xid = e.xid,
-            events = e.count,
-            "GPU XID episode over: XID {} on {gpu}, {} event(s) over {}",
-            e.xid,
-            e.count,
-            human(e.last_ms - e.first_ms)
-        );
+        let over = human(e.last_ms - e.first_ms);
+        tracing::info!(gpu = %gpu, xid = e.xid, events = e.count,
+            "GPU XID episode over: XID {} on {gpu}, {} event(s) over {over}", e.xid, e.count);
     }
     let cleared_before = prev.cleared.last().map_or(0, |c| c.seq);
     for c in next.cleared.iter().filter(|c| c.seq > cleared_before) {

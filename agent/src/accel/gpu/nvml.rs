@@ -126,13 +126,11 @@ impl RemapReader {
         // SAFETY: `device` is a live handle of the same (leaked, never shut down) NVML instance;
         // the four out-pointers are valid, distinct `c_uint`s on this stack frame.
         let ret = unsafe { sym(device.handle(), &mut corr, &mut unc, &mut pending, &mut failure) };
+        let (pending, failure) = (pending != 0, failure != 0);
         match nvml_try(ret) {
-            Ok(()) => Ok(Some(RemappedRows {
-                correctable: corr,
-                uncorrectable: unc,
-                pending: pending != 0,
-                failure: failure != 0,
-            })),
+            Ok(()) => {
+                Ok(Some(RemappedRows { correctable: corr, uncorrectable: unc, pending, failure }))
+            }
             Err(NvmlError::NotSupported) => Ok(None),
             Err(e) => Err(e),
         }
@@ -160,7 +158,8 @@ pub struct NvmlProbe {
     nvml: &'static Nvml,
     /// `None` when no GPU accepts critical XID events.
     events: Option<EventSet<'static>>,
-    xid_gpus: Vec<u32>,
+    /// The GPUs whose critical XID events are watched.
+    pub(crate) xid_gpus: Vec<u32>,
     remap: Option<RemapReader>,
 }
 
@@ -207,11 +206,6 @@ impl NvmlProbe {
     /// How many GPUs NVML lists now.
     pub fn gpu_count(&self) -> Result<u32, GpuError> {
         self.nvml.device_count().map_err(|e| GpuError::Call(e.to_string()))
-    }
-
-    /// The GPUs whose critical XID events are watched.
-    pub(crate) fn xid_gpus(&self) -> &[u32] {
-        &self.xid_gpus
     }
 
     fn read(&self, index: u32, d: &Device<'static>) -> Option<GpuSample> {
@@ -306,8 +300,7 @@ fn recovery_action(index: u32, d: &Device<'_>) -> Option<RecoveryAction> {
     let ids = [FieldId(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)];
     let mut values = field(index, "recovery_action", d.field_values_for(&ids))?;
     let sample = field(index, "recovery_action", values.pop()?)?;
-    let value = field(index, "recovery_action", sample.value)?;
-    let v = match value {
+    let v = match field(index, "recovery_action", sample.value)? {
         SampleValue::U32(v) => u64::from(v),
         SampleValue::U64(v) => v,
         SampleValue::I64(v) => u64::try_from(v).ok()?,
@@ -322,13 +315,10 @@ fn recovery_action(index: u32, d: &Device<'_>) -> Option<RecoveryAction> {
 /// is rebuilt without the GPU that refused.
 fn event_set(nvml: &'static Nvml, mut gpus: Vec<u32>) -> (Option<EventSet<'static>>, Vec<u32>) {
     'rebuild: while !gpus.is_empty() {
-        let mut set = match nvml.create_event_set() {
-            Ok(set) => set,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot create an NVML event set; XID events are not watched");
-                return (None, Vec::new());
-            }
-        };
+        let created = nvml.create_event_set().inspect_err(|e| {
+            tracing::warn!(error = %e, "cannot create an NVML event set; XID events are not watched")
+        });
+        let Ok(mut set) = created else { return (None, Vec::new()) };
         for pos in 0..gpus.len() {
             let i = gpus[pos];
             let registered = nvml
@@ -370,8 +360,7 @@ impl GpuProbe for NvmlProbe {
             if left.is_zero() {
                 return Ok(xids);
             }
-            let wait_ms = left.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
-            match set.wait(wait_ms) {
+            match set.wait(left.as_millis().clamp(1, u128::from(u32::MAX)) as u32) {
                 Ok(ev) if !ev.event_type.contains(EventTypes::CRITICAL_XID_ERROR) => {}
                 Ok(ev) => {
                     let Some(XidError::Value(xid)) = ev.event_data else {
@@ -379,8 +368,7 @@ impl GpuProbe for NvmlProbe {
                         continue;
                     };
                     let index = ev.device.index().unwrap_or(u32::MAX);
-                    let uuid = ev.device.uuid().unwrap_or_default();
-                    xids.push(XidEvent { index, uuid, xid });
+                    xids.push(XidEvent { index, uuid: ev.device.uuid().unwrap_or_default(), xid });
                 }
                 Err(NvmlError::Timeout) => return Ok(xids),
                 Err(e) if xids.is_empty() => {

@@ -135,11 +135,8 @@ fn merge_samples(
     for s in samples {
         let mut g =
             prev.gpus.iter().find(|p| same(p, s.index, &s.uuid)).cloned().unwrap_or_default();
-        g.index = s.index;
-        g.uuid = s.uuid.clone();
-        g.sample = s.clone();
-        g.missing = false;
-        g.missing_rounds = 0;
+        (g.index, g.uuid, g.sample) = (s.index, s.uuid.clone(), s.clone());
+        (g.missing, g.missing_rounds) = (false, 0);
         if let Some(f) = g.failure.as_mut().filter(|f| f.lost) {
             f.lost = false;
             if f.causes.is_empty() {
@@ -155,8 +152,7 @@ fn merge_samples(
             g.missing_rounds >= MISSING_ROUNDS || g.failure.as_ref().is_some_and(|f| f.lost);
         if g.missing {
             let f = g.failure.get_or_insert_with(Failure::default);
-            f.lost = true;
-            f.action = f.action.max(XidAction::RebootNode);
+            (f.lost, f.action) = (true, f.action.max(XidAction::RebootNode));
         }
         gpus.push(g);
     }

@@ -33,23 +33,15 @@ pub(crate) fn add(
     }
     g.episodes.retain(|e| e.xid != xid);
     *seq += 1;
-    let e = XidEpisode {
-        seq: *seq,
-        xid,
-        first_ms: now,
-        last_ms: now,
-        count: 1,
-        recent: vec![now],
-        counted: keep == 1,
-    };
+    let (first_ms, last_ms, recent, counted) = (now, now, vec![now], keep == 1);
+    let e = XidEpisode { seq: *seq, xid, first_ms, last_ms, count: 1, recent, counted };
     g.episodes.push(e.clone());
     Some(e)
 }
 
 /// Close `g`'s episodes quiet for longer than the window.
 pub(crate) fn expire(g: &mut GpuStatus, now: i64, th: &XidThreshold) {
-    let window = ms(th.window);
-    g.episodes.retain(|e| now - e.last_ms <= window);
+    g.episodes.retain(|e| now - e.last_ms <= ms(th.window));
 }
 
 /// The line of an episode that began on `g`: the XID, what it means, what to do.

@@ -11,7 +11,6 @@ use crate::vocab::node::{problem_condition, NodeCondition, GPU_CONDITION, GPU_FA
 /// The GPU's row of the accelerators' table.
 pub static GPU: Names = Names {
     label: "gpu-health",
-    reasons_annotation: "gpu-health-reasons",
     taint: GPU_FAILED_TAINT,
     condition: GPU_CONDITION,
     events: ["VigilGpuHealthy", "VigilGpuDegraded", "VigilGpuFailed"],

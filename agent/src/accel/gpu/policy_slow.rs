@@ -37,10 +37,7 @@ pub(crate) fn follow_rises(g: &mut GpuStatus, prev: Option<&GpuSample>, now_ms: 
     for (what, before, after) in counters {
         let Some((b, a)) = before.zip(after).filter(|(b, a)| a > b) else { continue };
         match g.rises.iter_mut().find(|r| r.what == what) {
-            Some(r) => {
-                r.by += a - b;
-                r.at_ms = now_ms;
-            }
+            Some(r) => (r.by, r.at_ms) = (r.by + (a - b), now_ms),
             None => g.rises.push(Rise { what, by: a - b, at_ms: now_ms }),
         }
     }

@@ -133,21 +133,15 @@ fn salvage(text: &str, boot_id: &str, path: &str, error: &str) -> Restored {
         return out;
     }
     let uuids = uuids_in(text);
+    let causes = vec![format!("listed as failed in the unreadable state file {path}")];
+    let failure = Failure { action: XidAction::ResetGpu, causes, kept: true, ..Failure::default() };
     for (i, uuid) in uuids.iter().enumerate() {
-        out.gpus.push(GpuStatus {
-            failure: Some(Failure {
-                action: XidAction::ResetGpu,
-                causes: vec![format!("listed as failed in the unreadable state file {path}")],
-                kept: true,
-                ..Failure::default()
-            }),
-            ..GpuStatus::known(u32::try_from(i).unwrap_or(u32::MAX), uuid.clone())
-        });
+        let known = GpuStatus::known(u32::try_from(i).unwrap_or(u32::MAX), uuid.clone());
+        out.gpus.push(GpuStatus { failure: Some(failure.clone()), ..known });
     }
+    let (count, listed) = (uuids.len(), uuids.join(", "));
     out.warning = Some(format!(
-        "the GPU state file {path} is corrupt ({error}); the {} GPU(s) it names stay failed until a reset shows: {}",
-        uuids.len(),
-        uuids.join(", ")
+        "the GPU state file {path} is corrupt ({error}); the {count} GPU(s) it names stay failed until a reset shows: {listed}"
     ));
     out
 }

@@ -73,14 +73,13 @@ impl WaitLog {
     pub(crate) fn failed(&mut self, now: Instant, e: &GpuError) -> Option<String> {
         self.attempts += 1;
         let started = *self.started.get_or_insert(now);
+        let (waited, attempts) = (human(ms(now.duration_since(started))), self.attempts);
         let line = match self.last {
             None => format!(
                 "this node has NVIDIA GPUs but NVML does not load yet ({e}); waiting for the driver, trying again with backoff"
             ),
             Some(t) if now.duration_since(t) >= self.every => format!(
-                "still waiting for the NVIDIA driver after {} ({} attempts): {e}",
-                human(ms(now.duration_since(started))),
-                self.attempts
+                "still waiting for the NVIDIA driver after {waited} ({attempts} attempts): {e}"
             ),
             Some(_) => return None,
         };
@@ -90,11 +89,9 @@ impl WaitLog {
 
     /// NVML loaded at `now`: the line to log (`None` when it loaded at the first attempt).
     pub(crate) fn loaded(&self, now: Instant) -> Option<String> {
-        let started = self.started?;
+        let (waited, attempts) = (human(ms(now.duration_since(self.started?))), self.attempts);
         Some(format!(
-            "NVIDIA driver arrived after {} ({} failed attempts): GPU monitoring starts",
-            human(ms(now.duration_since(started))),
-            self.attempts
+            "NVIDIA driver arrived after {waited} ({attempts} failed attempts): GPU monitoring starts"
         ))
     }
 }
@@ -132,7 +129,7 @@ pub async fn start(
         let probe = NvmlProbe::new(Some(path.as_str()))?;
         tracing::info!(
             gpus = probe.gpu_count().unwrap_or(0),
-            xid_events_on = probe.xid_gpus().len(),
+            xid_events_on = probe.xid_gpus.len(),
             "NVML loaded"
         );
         Ok(Box::new(probe))
@@ -206,8 +203,7 @@ fn readyz(warnings: &Option<Warnings>, why: Option<String>) {
 
 /// Publish `state` (a report with no GPUs) unless it is already the one published.
 fn publish(tx: &watch::Sender<GpuReport>, state: GpuMonitorState) {
-    let next = GpuReport::in_state(state);
-    tx.send_if_modified(|cur| std::mem::replace(cur, next) != *cur);
+    tx.send_if_modified(|cur| std::mem::replace(cur, GpuReport::in_state(state)) != *cur);
 }
 
 /// On the monitor's thread: wait until NVML loads (`Some(probe)`) or `stop` (`None`),

@@ -25,14 +25,11 @@ impl StateStore {
     /// is empty: every file then reads as "another boot", so nothing is kept (and a warning says
     /// why); failures of this process are still written.
     pub fn new(path: impl Into<PathBuf>, boot_id_path: &Path) -> StateStore {
-        let boot_id = match std::fs::read_to_string(boot_id_path) {
-            Ok(s) => s.trim().to_string(),
-            Err(e) => {
-                tracing::warn!(path = %boot_id_path.display(), error = %e,
-                    "cannot read the node's boot id: failed GPUs from before this start are not kept");
-                String::new()
-            }
-        };
+        let read = std::fs::read_to_string(boot_id_path).inspect_err(|e| {
+            tracing::warn!(path = %boot_id_path.display(), error = %e,
+                "cannot read the node's boot id: failed GPUs from before this start are not kept")
+        });
+        let boot_id = read.map_or(String::new(), |s| s.trim().to_string());
         StateStore { path: path.into(), boot_id }
     }
 

@@ -102,12 +102,9 @@ fn record_sample(m: &GpuMetrics, id: &GpuLabels, s: &GpuSample) {
 
 /// Throttle reasons: 1 while active, back to 0 once they clear.
 fn record_throttle(m: &GpuMetrics, id: &GpuLabels, s: &GpuSample, seen: &mut GpuMetricsState) {
-    for reason in &s.throttle_reasons {
-        seen.throttled.insert((id.uuid.clone(), *reason));
-    }
+    seen.throttled.extend(s.throttle_reasons.iter().map(|reason| (id.uuid.clone(), *reason)));
     for (_, reason) in seen.throttled.iter().filter(|(u, _)| *u == id.uuid) {
         let labels = (id.clone(), [("reason", *reason)]);
-        let active = s.throttle_reasons.contains(reason);
-        m.throttle.get_or_create(&labels).set(i64::from(active));
+        m.throttle.get_or_create(&labels).set(i64::from(s.throttle_reasons.contains(reason)));
     }
 }

@@ -37,20 +37,13 @@ pub(crate) const TPU_DEVICE_IDS: [&str; 6] =
     ["0x0027", "0x005e", "0x0062", "0x0063", "0x006f", "0x0076"];
 
 /// Why the chips could not be read.
+// NB: a field named `source` is the error's source (`Error::source`): thiserror reads the name.
 #[derive(Debug, thiserror::Error)]
 pub enum TpuError {
     #[error("cannot read the device directory {path}: {source} (tpu.device_dir; on Kubernetes the host's /dev is mounted there by the tpu overlay)")]
-    DeviceDir {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    DeviceDir { path: String, source: std::io::Error },
     #[error("cannot read the kernel log {path}: {source} (tpu.kernel_log; /dev/kmsg needs CAP_SYSLOG where kernel.dmesg_restrict is set, and access to the device in a container; set it empty to turn it off)")]
-    KernelLog {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    KernelLog { path: String, source: std::io::Error },
 }
 
 /// The source of TPU readings, over files. Blocking: called from a dedicated thread, never the
@@ -79,14 +72,9 @@ impl FsProbe {
         kernel_log: Option<&Path>,
         uptime: impl Into<PathBuf>,
     ) -> FsProbe {
-        FsProbe {
-            device_dir: device_dir.into(),
-            sys_dir: sys_dir.into(),
-            uptime: uptime.into(),
-            log_path: kernel_log.map(Path::to_path_buf),
-            log: None,
-            log_error: None,
-        }
+        let (device_dir, sys_dir, uptime) = (device_dir.into(), sys_dir.into(), uptime.into());
+        let log_path = kernel_log.map(Path::to_path_buf);
+        FsProbe { device_dir, sys_dir, uptime, log_path, log: None, log_error: None }
     }
 
     /// Open the kernel log, once.
@@ -94,11 +82,10 @@ impl FsProbe {
         let Some(p) = self.log_path.take() else { return };
         // Without the kernel's clock the old records cannot be dated: skip them.
         let skip_backlog = uptime_ms(&self.uptime).is_none();
+        let path = p.display().to_string();
         match KernelLog::open(&p, skip_backlog) {
             Ok(log) => self.log = Some(log),
-            Err(source) => {
-                self.log_error = Some(TpuError::KernelLog { path: p.display().to_string(), source })
-            }
+            Err(source) => self.log_error = Some(TpuError::KernelLog { path, source }),
         }
     }
 
@@ -190,8 +177,7 @@ fn aer_total(text: &str, key: &str) -> Option<u64> {
 
 /// Milliseconds since boot from `/proc/uptime` (`<seconds> <idle seconds>`).
 fn uptime_ms(path: &Path) -> Option<i64> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let secs: f64 = text.split_whitespace().next()?.parse().ok()?;
+    let secs: f64 = std::fs::read_to_string(path).ok()?.split_whitespace().next()?.parse().ok()?;
     Some((secs * 1000.0) as i64)
 }
 

@@ -108,10 +108,9 @@ impl TpuReport {
     /// One line for the condition's message and the trail: the count and the reasons.
     pub fn summary(&self) -> String {
         let expected = self.expected.map_or("unknown".to_string(), |n| n.to_string());
+        let (health, present) = (self.health.as_str(), self.present);
         let head = format!(
-            "TPU health {}: {} chip(s) present, allocatable google.com/tpu {expected}",
-            self.health.as_str(),
-            self.present
+            "TPU health {health}: {present} chip(s) present, allocatable google.com/tpu {expected}"
         );
         [vec![head], self.reasons.clone()].concat().join("; ")
     }

@@ -38,9 +38,7 @@ pub async fn run_monitor(
     let mut mem = TpuMemory::default();
     let mut tick = tokio::time::interval(cfg.sample_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut expected_open = true;
-    let mut failing = false;
-    let mut sent = false;
+    let (mut expected_open, mut failing, mut sent) = (true, false, false);
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
@@ -79,12 +77,9 @@ pub async fn run_monitor(
 /// One reading of the chips, off the async threads (the probe reads files); `None` when the
 /// probe panicked (monitoring stops, said once).
 async fn read_chips(mut probe: FsProbe) -> Option<(FsProbe, Result<TpuReading, TpuError>)> {
-    let read = tokio::task::spawn_blocking(move || {
-        let r = probe.read();
-        let log = probe.kernel_log_error();
-        (probe, r, log)
-    });
-    let Ok((probe, reading, log_error)) = read.await else {
+    // The reading first, then what it found of the kernel log.
+    let read = tokio::task::spawn_blocking(move || (probe.read(), probe.kernel_log_error(), probe));
+    let Ok((reading, log_error, probe)) = read.await else {
         tracing::error!("the TPU probe panicked; TPU monitoring stops");
         return None;
     };
@@ -115,10 +110,7 @@ pub(crate) fn start(
         let e = TpuError::DeviceDir { path: cfg.device_dir.clone(), source };
         tracing::error!(error = %e, "tpu.enabled = on but the TPU chips cannot be listed");
     }
-    tracing::info!(
-        device_dir = %cfg.device_dir,
-        kernel_log = %cfg.kernel_log,
-        "TPU monitoring on (a verdict where the node has TPU chips)"
-    );
+    tracing::info!(device_dir = %cfg.device_dir, kernel_log = %cfg.kernel_log,
+        "TPU monitoring on (a verdict where the node has TPU chips)");
     Some(tokio::spawn(run_monitor(probe, cfg.clone(), expected, tx, stop)))
 }

@@ -76,14 +76,13 @@ fn names_address(text: &str, addr: &str) -> bool {
     })
 }
 
+/// AER totals per TPU PCI function.
+type AerTotals = BTreeMap<String, AerCounts>;
+
 /// The device errors that the AER counters' rise from `prev` to `next` means, at `at_ms`. A
 /// function seen for the first time is a baseline (errors from before the agent ran cannot be
 /// dated); a counter that went down (the device was removed and probed again) is a new baseline.
-pub(crate) fn aer_errors(
-    prev: &BTreeMap<String, AerCounts>,
-    next: &BTreeMap<String, AerCounts>,
-    at_ms: i64,
-) -> Vec<DeviceError> {
+pub(crate) fn aer_errors(prev: &AerTotals, next: &AerTotals, at_ms: i64) -> Vec<DeviceError> {
     let mut out = Vec::new();
     for (addr, n) in next {
         let Some(p) = prev.get(addr) else { continue };
@@ -135,8 +134,22 @@ pub(crate) fn verdict(mem: &TpuMemory, now_ms: i64, window: Duration) -> TpuRepo
         health = health.max(h);
         reasons.push(reason);
     };
-    if let Some((h, why)) = chip_count(mem) {
-        worsen(h, why);
+    // The chips with a device file against the chips the Node advertises, when they differ.
+    let found = if present == 0 { "none".to_string() } else { mem.device_files.join(", ") };
+    match expected {
+        Some(n) if present < n => worsen(
+            TpuHealth::Failed,
+            format!("{present} of {n} TPU chips have a device file (found: {found})"),
+        ),
+        Some(n) if present > n => worsen(
+            TpuHealth::Degraded,
+            format!(
+                "{present} TPU chips have a device file but the Node advertises {n} \
+                 {TPU_RESOURCE}: the device plugin withholds the others (unhealthy, or not yet \
+                 registered)"
+            ),
+        ),
+        _ => {}
     }
     let by_chip = recent_by_chip(&mem.errors, now_ms, window);
     let recent = |s| by_chip.iter().filter(|(k, _)| k.1 == s).map(|(_, n)| n.0).sum();
@@ -165,35 +178,12 @@ pub(crate) fn verdict(mem: &TpuMemory, now_ms: i64, window: Duration) -> TpuRepo
     }
 }
 
-/// The chips with a device file against the chips the Node advertises, when they differ.
-fn chip_count(mem: &TpuMemory) -> Option<(TpuHealth, String)> {
-    let present = mem.device_files.len() as u32;
-    let found =
-        if mem.device_files.is_empty() { "none".to_string() } else { mem.device_files.join(", ") };
-    match mem.expected {
-        Some(n) if present < n => Some((
-            TpuHealth::Failed,
-            format!("{present} of {n} TPU chips have a device file (found: {found})"),
-        )),
-        Some(n) if present > n => Some((
-            TpuHealth::Degraded,
-            format!(
-                "{present} TPU chips have a device file but the Node advertises {n} \
-                 {TPU_RESOURCE}: the device plugin withholds the others (unhealthy, or not yet \
-                 registered)"
-            ),
-        )),
-        _ => None,
-    }
-}
+/// Device errors per chip and severity: how many and the last one.
+type ByChip<'a> = BTreeMap<(&'a str, ErrorSeverity), (u32, &'a DeviceError)>;
 
-/// The errors within `window` of `now_ms`, per chip and severity: how many and the last one.
-fn recent_by_chip(
-    errors: &[DeviceError],
-    now_ms: i64,
-    window: Duration,
-) -> BTreeMap<(&str, ErrorSeverity), (u32, &DeviceError)> {
-    let mut by_chip: BTreeMap<(&str, ErrorSeverity), (u32, &DeviceError)> = BTreeMap::new();
+/// The errors within `window` of `now_ms`, per chip and severity.
+fn recent_by_chip(errors: &[DeviceError], now_ms: i64, window: Duration) -> ByChip<'_> {
+    let mut by_chip = ByChip::new();
     for e in errors.iter().filter(|e| now_ms - e.at_ms < ms(window)) {
         let slot = by_chip.entry((e.device.as_str(), e.severity)).or_insert((0, e));
         slot.0 += 1;
@@ -209,7 +199,7 @@ fn recent_by_chip(
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct TpuMemory {
     /// AER totals of the last reading: the baseline of the next.
-    aer: BTreeMap<String, AerCounts>,
+    aer: AerTotals,
     /// The chips' device files found, relative to the device directory and sorted:
     /// `accel0`, … (TPU v4 and older) or `vfio/0`, … (TPU v5e, v5p, v6e, TPU7x).
     device_files: Vec<String>,
@@ -248,15 +238,13 @@ pub(crate) fn fold(
     mem.errors.extend(new);
     mem.errors.sort_by_key(|e| e.at_ms);
     prune(&mut mem.errors, now_ms, window);
-    mem.device_files = reading.device_files.clone();
-    mem.expected = expected;
+    (mem.device_files, mem.expected) = (reading.device_files.clone(), expected);
     verdict(mem, now_ms, window)
 }
 
 /// The TPU's row of the accelerators' table.
 pub static TPU: Names = Names {
     label: "tpu-health",
-    reasons_annotation: "tpu-health-reasons",
     taint: TPU_FAILED_TAINT,
     condition: TPU_CONDITION,
     events: ["VigilTpuHealthy", "VigilTpuDegraded", "VigilTpuFailed"],
@@ -283,14 +271,11 @@ impl Accelerator for TpuReport {
         self.monitoring.then(|| verdict_condition(&TPU, self.health, &self.summary()))
     }
     fn differs(&self, o: &Self) -> bool {
-        self.monitoring != o.monitoring
-            || self.health != o.health
-            || self.present != o.present
-            || self.expected != o.expected
+        let headline = |r: &Self| (r.monitoring, r.health, r.present, r.expected);
+        headline(self) != headline(o)
     }
     fn detail(&self, prev: &Self) -> String {
-        let before = prev.shown().map_or("unknown", Health::as_str);
-        format!("{} (was {before})", self.summary())
+        format!("{} (was {})", self.summary(), prev.shown().map_or("unknown", Health::as_str))
     }
 }
 

@@ -274,11 +274,8 @@ fn add_op(pipe: &mut Pipeline, op: &Op) {
         Op::IndexTouch { key, member, score, prune_before } => {
             pipe.cmd("ZADD").arg(key).arg(*score).arg(member).ignore();
             if let Some(before) = prune_before {
-                pipe.cmd("ZREMRANGEBYSCORE")
-                    .arg(key)
-                    .arg("-inf")
-                    .arg(format!("({before}"))
-                    .ignore();
+                let below = format!("({before}");
+                pipe.cmd("ZREMRANGEBYSCORE").arg(key).arg("-inf").arg(below).ignore();
             }
         }
         Op::Counter { key } => {

@@ -71,18 +71,15 @@ impl Pipeline<'_> {
     /// only the gang's decision may choose (and a gang's decision, taken for one way, is not
     /// carried out another way: its controllers changed since).
     fn refusal(&self, how: &Remediation) -> Option<String> {
-        let one_for_all = matches!(how, Remediation::OneForAll { .. });
+        let (one_for_all, way) = (matches!(how, Remediation::OneForAll { .. }), how.how());
         match (how, self.act.order) {
             (Remediation::Refuse(why), _) => Some(why.clone()),
-            (_, Some(order)) if one_for_all != order.decision.only.is_some() => Some(format!(
-                "its controllers changed since gang {}'s decision (now: {}): the decision is not carried out another way",
-                order.gang,
-                how.how()
-            )),
-            (_, None) if one_for_all && self.act.case.gang().is_some() => Some(format!(
-                "restarting this member alone would restart its whole job ({})",
-                how.how()
-            )),
+            (_, Some(GangOrder { gang, decision })) if one_for_all != decision.only.is_some() => {
+                Some(format!("its controllers changed since gang {gang}'s decision (now: {way}): the decision is not carried out another way"))
+            }
+            (_, None) if one_for_all && self.act.case.gang().is_some() => {
+                Some(format!("restarting this member alone would restart its whole job ({way})"))
+            }
             _ => None,
         }
     }
@@ -217,11 +214,10 @@ impl Pipeline<'_> {
             }
         };
         let Some(skip) = found else { return Ok(Seen::Pass) };
-        let id = short(&c.id);
+        let (id, shown) = (short(&c.id), c.display());
         let detail = match skip {
             Skip::NotRunning => format!(
-                "container {} ({id}) is not running any more; not starting what someone stopped",
-                c.display()
+                "container {shown} ({id}) is not running any more; not starting what someone stopped"
             ),
             _ => format!("container {id} is not the incarnation observed at decision time"),
         };
@@ -245,9 +241,8 @@ impl Pipeline<'_> {
         self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
         self.pager.resolve_alerts(w, Resolve::IncidentCleared).await;
         self.ctx.metrics.decisions.restart(act.case.v.as_str(), "would-restart");
-        let c = act.case.c;
-        let detail =
-            format!("would restart container {} ({}) now; observe mode", c.name, short(&c.id));
+        let (name, id) = (&act.case.c.name, short(&act.case.c.id));
+        let detail = format!("would restart container {name} ({id}) now; observe mode");
         self.journal.note(self.now, act.about(), Code::WouldRestart, detail).await?;
         Ok(Seen::Pass)
     }

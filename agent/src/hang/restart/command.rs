@@ -3,7 +3,7 @@
 //! backoff); and the claim written before the command, undone when the command does not run.
 
 use crate::alerts::{AlertKind, Resolve};
-use crate::clock::{human, ms, Millis};
+use crate::clock::{brief, human, ms, Millis};
 use crate::coord::{Op, Result};
 use crate::hang::context::Context;
 use crate::hang::marks::{self, MARK_TTL};
@@ -17,7 +17,7 @@ use crate::runtime::RuntimeError;
 use crate::trail::Code;
 
 use super::pipeline::Pipeline;
-use super::{restart_failure, short};
+use super::short;
 
 /// Where a settled fruitless run's line goes: beats newer than it may show progress.
 #[derive(Clone, Copy)]
@@ -75,7 +75,20 @@ impl Pipeline<'_> {
             self.restarted(detail, done).await?;
             return Ok(Seen::Pass);
         }
-        let why = restart_failure(call, after, c);
+        // What was observed of a restart that did not leave a running new incarnation: the call's
+        // answer and what the container looked like afterwards, for the page and the trail.
+        let observed = match &after {
+            Ok(Some(a)) if a.id != c.id || a.started_at != c.started_at => {
+                "the container started again and exited at once (it is not running)".to_string()
+            }
+            Ok(Some(_)) => "its start time did not change (it was not restarted)".to_string(),
+            Ok(None) => "the container disappeared".to_string(),
+            Err(e) => format!("it could not be inspected afterwards ({e})"),
+        };
+        let why = match call {
+            Err(e) => format!("the restart call failed ({e}) and {observed}"),
+            Ok(()) => format!("the restart call returned, but {observed}"),
+        };
         self.restart_failed(why, done.unwrap_or(self.now)).await?;
         Ok(Seen::RestartFailed)
     }
@@ -97,7 +110,6 @@ impl Pipeline<'_> {
         // the two, or a slow restart, must not shorten it. Same marker, fresh TTL, and its time
         // is the verification's: a heartbeat after it is the new incarnation's first beat,
         // which ends the booting (`policy_record::booted`).
-        let cooldown = self.ctx.cfg.policy.cooldown;
         let marker = format!("{}{}", marks::claim(booted_after, &act.inc.id, c), marks::DONE);
         // NB: the time lost is kept, and the run of fruitless restarts settled (the old
         // incarnation's last step taken in, the line drawn at the verification), before the
@@ -107,7 +119,7 @@ impl Pipeline<'_> {
         // the new incarnation's beats short of the old one's last step ended it).
         self.count_lost(verified).await?;
         self.settle_run(verified.map_or(Line::Kept, Line::At)).await;
-        self.ctx.coord.set(&k.cooldown(w), &marker, cooldown).await?;
+        self.ctx.coord.set(&k.cooldown(w), &marker, self.ctx.cfg.policy.cooldown).await?;
         self.ctx.metrics.decisions.restart(act.case.v.as_str(), "restarted");
         self.ctx.metrics.workers.restarted(w, self.now);
         self.journal.note(done, act.about(), Code::Restarted, detail).await
@@ -123,13 +135,11 @@ impl Pipeline<'_> {
             true => "failed (SIGKILL, exit 137) for its controller",
             false => "restarted",
         };
+        let (name, id, hung_for) = (&c.name, short(&c.id), human(started - self.act.since));
+        let took = brief(std::time::Duration::from_millis((done - started).max(0) as u64));
+        let cooldown = humantime::format_duration(self.ctx.cfg.policy.cooldown);
         let mut detail = format!(
-            "{verb} container {} ({}) after {}; the restart took {}; cooldown {}",
-            c.name,
-            short(&c.id),
-            human(started - self.act.since),
-            crate::clock::brief(std::time::Duration::from_millis((done - started).max(0) as u64)),
-            humantime::format_duration(self.ctx.cfg.policy.cooldown)
+            "{verb} container {name} ({id}) after {hung_for}; the restart took {took}; cooldown {cooldown}"
         );
         // NB: a worker that does not exit on SIGTERM (Python or a shell as PID 1, a handler
         // that waits on a stuck loop) holds every restart for the whole stop grace: say so where
@@ -139,10 +149,10 @@ impl Pipeline<'_> {
         }
         let grace = self.ctx.cfg.runtime.stop_grace;
         // A stop that is a SIGKILL at once (the controllers' way) waits out no grace.
-        if !how.kills() && done - started >= crate::clock::ms(grace) {
+        if !how.kills() && done - started >= ms(grace) {
+            let grace = humantime::format_duration(grace);
             detail.push_str(&format!(
-                " (the worker did not exit on SIGTERM: its stop waited out runtime.stop_grace, {}, then SIGKILL; run it under an init, `docker run --init`, or let it exit on SIGTERM)",
-                humantime::format_duration(grace)
+                " (the worker did not exit on SIGTERM: its stop waited out runtime.stop_grace, {grace}, then SIGKILL; run it under an init, `docker run --init`, or let it exit on SIGTERM)"
             ));
         }
         if let Err(e) = call {
@@ -170,14 +180,12 @@ impl Pipeline<'_> {
             incarnation,
             incident: act.inc.id.clone(),
         };
-        let p = times.phases(incarnation);
-        let lost = &self.ctx.metrics.lost;
+        let (p, lost) = (times.phases(incarnation), &self.ctx.metrics.lost);
         // The cause the incident's time before the command is lost to.
         let cause = if act.case.v == Verdict::Errored { "error" } else { "hang" };
         lost.add(cause, p.detection + p.decision, self.now);
         lost.add("restart", p.restart, incarnation);
-        let ttl = self.ctx.cfg.policy.cooldown * 2;
-        self.ctx.coord.set(&key, &times.encode(), ttl).await
+        self.ctx.coord.set(&key, &times.encode(), self.ctx.cfg.policy.cooldown * 2).await
     }
 
     /// The restart seen done or failed, for the run of fruitless restarts it belongs to: the
@@ -203,11 +211,8 @@ impl Pipeline<'_> {
         let p = &self.ctx.cfg.policy;
         let wait = policy_due::retry_backoff(failures, self.ctx.cfg.runtime.stop_grace, p.cooldown);
         let retry = Retry { incident: act.inc.id.clone(), failures, not_before: done + ms(wait) };
-        let detail = format!(
-            "restart of container {} failed (attempt {failures} of this incident): {why}; retried in {} while it is hung and running",
-            act.case.c.name,
-            human(ms(wait))
-        );
+        let (name, retry_in) = (&act.case.c.name, human(ms(wait)));
+        let detail = format!("restart of container {name} failed (attempt {failures} of this incident): {why}; retried in {retry_in} while it is hung and running");
         // NB: the page goes out even when the coordinator fails below: a failed restart is a
         // person's business at once. Only the first failure of an incident pages; later ones
         // update its page.
@@ -233,7 +238,7 @@ impl Pipeline<'_> {
         // incarnation's beats in the slow runtime's window would read as its progress (the
         // simulation's seed 171192: the run ended, and a fruitless restart went through).
         self.settle_run(Line::NotBefore(done)).await;
-        let why = format!("{why}; attempt {failures}, next not before {}", human(ms(wait)));
+        let why = format!("{why}; attempt {failures}, next not before {retry_in}");
         self.journal.note(done, act.about(), Code::RestartFailed, why).await
     }
 
@@ -277,11 +282,9 @@ impl Pipeline<'_> {
         let line = self.now + ms(self.ctx.cfg.safety.lock_ttl);
         let (key, value) = match act.order {
             None => {
-                let mut run = policy_fruitless::after_restart(
-                    act.case.marks.fruitless.as_ref(),
-                    Beat::of_worker(act.case.status).as_slice(),
-                    self.now,
-                );
+                let before = act.case.marks.fruitless.as_ref();
+                let beats = Beat::of_worker(act.case.status);
+                let mut run = policy_fruitless::after_restart(before, beats.as_slice(), self.now);
                 run.last = line;
                 (k.fruitless(w), run.encode())
             }

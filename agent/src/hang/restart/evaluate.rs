@@ -12,10 +12,8 @@ use crate::hang::journal::About;
 use crate::hang::marks::{self, MARK_TTL};
 use crate::hang::model::{Incident, WorkerStatus};
 use crate::hang::policy::{self, Effect, Verdict};
-use crate::hang::policy_due;
-use crate::hang::policy_life;
 use crate::hang::policy_lost::IncidentTimes;
-use crate::hang::policy_record;
+use crate::hang::{policy_due, policy_life, policy_record, policy_rhythm};
 use crate::metrics::WorkerSample;
 use crate::runtime::container::Container;
 use crate::trail::Code;
@@ -35,15 +33,15 @@ pub(super) fn status_of(
         Ok(fields) => (policy_record::status_of_record(fields, &ctx.cfg.policy), None),
         Err(detail) => {
             let key = ctx.keys.status(worker);
-            let why = format!("the status record {key} cannot be read: {detail}");
-            (None, Some(why))
+            (None, Some(format!("the status record {key} cannot be read: {detail}")))
         }
     }
 }
 
 impl RestartPath<'_> {
     /// A restarted worker's first beat ends its booting: its cooldown marker goes
-    /// (compare-and-delete: never a newer claim), and the trail says so. True when it went.
+    /// (compare-and-delete: never a newer claim), the trail says so, and the time its incident
+    /// lost is completed. True when the marker went.
     async fn end_booting(
         &mut self,
         c: &Container,
@@ -55,44 +53,32 @@ impl RestartPath<'_> {
         if !policy_record::booted(after, status) {
             return Ok(false);
         }
-        let key = self.ctx.keys.cooldown(&c.worker);
-        if !self.ctx.coord.del_if_owner(&key, marker).await? {
+        if !self.ctx.coord.del_if_owner(&self.ctx.keys.cooldown(&c.worker), marker).await? {
             return Ok(false);
         }
         let beat = status.and_then(|s| s.heartbeat).unwrap_or(now);
-        let detail = format!(
-            "first beat {} after the restart: booting over, watched as usual (a new hang is a new incident)",
-            human((beat - after.unwrap_or(beat)).max(0))
-        );
+        let took = human((beat - after.unwrap_or(beat)).max(0));
+        let detail = format!("first beat {took} after the restart: booting over, watched as usual (a new hang is a new incident)");
         let about = About::worker(&c.worker, Verdict::Booting);
         self.journal.note(now, about, Code::Booted, detail).await?;
-        self.complete_lost(c, marks::claimed_incident(marker), beat, now).await?;
-        Ok(true)
-    }
-
-    /// The first beat completes the time its incident lost (`crate::hang::policy_lost`): the
-    /// recovery counted, the time to recovery observed, the whole in the trail (`time-lost`).
-    async fn complete_lost(
-        &mut self,
-        c: &Container,
-        incident: Option<&str>,
-        beat: Millis,
-        now: Millis,
-    ) -> Result<()> {
+        // The first beat completes the time its incident lost (`crate::hang::policy_lost`): the
+        // recovery counted, the time to recovery observed, the whole in the trail (`time-lost`).
         let key = self.ctx.keys.lost(&c.worker);
-        let Some(raw) = self.ctx.coord.get(&key).await? else { return Ok(()) };
+        let Some(raw) = self.ctx.coord.get(&key).await? else { return Ok(true) };
         // NB: compare-and-delete: of two instances that saw the first beat, one counts it. A
         // record of another incident (ours, then someone else's restart) is dropped uncounted.
         if !self.ctx.coord.del_if_owner(&key, &raw).await? {
-            return Ok(());
+            return Ok(true);
         }
+        let incident = marks::claimed_incident(marker);
         let times = IncidentTimes::decode(&raw).filter(|t| Some(t.incident.as_str()) == incident);
-        let Some(times) = times else { return Ok(()) };
+        let Some(times) = times else { return Ok(true) };
         let p = times.phases(beat);
         self.ctx.metrics.lost.add("restart", p.recovery, now);
         self.ctx.metrics.lost.recovered(p.total());
         let about = About::worker(&c.worker, Verdict::Booting).incident(&times.incident);
-        self.journal.note(now, about, Code::TimeLost, p.describe()).await
+        self.journal.note(now, about, Code::TimeLost, p.describe()).await?;
+        Ok(true)
     }
 
     /// Evaluate one worker and carry out the policy's effects in order: first what it stands on
@@ -132,8 +118,9 @@ impl RestartPath<'_> {
         if !in_gang || self.ctx.cfg.policy.learned.restarts {
             self.learn(c, marks, status.as_ref(), tracked || marks.cooldown, now);
         }
-        let judged = self.judge().verdict_rules(status.as_ref());
-        let cfg = &*judged;
+        // The rule the worker's verdict is judged by: its learned silence, or — for a gang member
+        // — the fixed rule.
+        let cfg = &*policy_rhythm::judged_by(&self.ctx.cfg.policy, self.rhythm, status.as_ref());
         let v = policy::verdict(status.as_ref(), marks, self.node, now, cfg);
         let mut effects = policy::plan(v, status.as_ref(), marks, now, cfg);
         if in_gang {
@@ -143,25 +130,26 @@ impl RestartPath<'_> {
         }
         // What the cooldown marker says of its restart, and whether the node lock is held.
         let held = (decoded.claim(), decoded.locked);
-        let case = Case { c, v, status: status.as_ref(), marks, invalid: invalid.as_deref(), held };
-        self.export(&case, &effects, cfg, now);
-        self.carry_out(&case, effects, now).await?;
+        let case =
+            Case { c, v, status: status.as_ref(), marks, invalid: invalid.as_deref(), held, now };
+        self.export(&case, &effects, cfg);
+        self.carry_out(&case, effects).await?;
         Ok(v)
     }
 
     /// The worker's verdict and the stage this cycle leaves it in (its sighting, timer and
     /// escalation written), due by the rule its restart is judged by (learned or fixed).
-    fn export(&self, case: &Case<'_>, effects: &[Effect], cfg: &PolicyConfig, now: Millis) {
-        let left = policy_life::project(case.marks, effects, now);
-        let due_by = self.judge().restart_rules(case.status, case.marks, now);
+    fn export(&self, case: &Case<'_>, effects: &[Effect], cfg: &PolicyConfig) {
+        let left = policy_life::project(case.marks, effects, case.now);
+        let due_by = self.judge().restart_rules(case.status, case.marks, case.now);
         let inc = left.incident.as_ref();
-        let stage = policy_life::stage(&left, inc, case.held, case.v, now, &due_by);
+        let stage = policy_life::stage(&left, inc, case.held, case.v, case.now, &due_by);
         self.ctx.metrics.decisions.verdict(case.v.as_str());
         self.ctx.metrics.workers.observe(WorkerSample {
             worker: &case.c.worker,
             state: case.v.as_str(),
             stage: stage.as_str(),
-            now,
+            now: case.now,
             heartbeat: case.status.and_then(|s| s.heartbeat),
             restarted: case.marks.restarted_at,
             silence: case.status.map(|s| policy_record::allowed_silence(s, cfg)),
@@ -169,13 +157,8 @@ impl RestartPath<'_> {
     }
 
     /// The plan's effects in order; a gang member's gang step with its entry in the view.
-    async fn carry_out(
-        &mut self,
-        case: &Case<'_>,
-        effects: Vec<Effect>,
-        now: Millis,
-    ) -> Result<()> {
-        let own = self.member_entry(case, now).await;
+    async fn carry_out(&mut self, case: &Case<'_>, effects: Vec<Effect>) -> Result<()> {
+        let own = self.member_entry(case).await;
         if let (Some(g), false) = (case.gang(), effects.contains(&Effect::Gang)) {
             // Its member is fine: the gang alerts this agent sent for it are over.
             self.pager().resolve_gang_alerts(&g.id, Some(case.worker())).await;
@@ -183,16 +166,16 @@ impl RestartPath<'_> {
         let mut incident = case.marks.incident.clone();
         for effect in effects {
             match (effect, &own) {
-                (Effect::Gang, Some(own)) => self.gang(case, own, &incident, now).await?,
+                (Effect::Gang, Some(own)) => self.gang(case, own, &incident).await?,
                 (Effect::Gang, None) => {}
-                (effect, _) => self.apply(case, effect, &mut incident, now).await?,
+                (effect, _) => self.apply(case, effect, &mut incident).await?,
             }
         }
         // NB: after the hang path's effects, and never failing them: slowness is paged, and
         // its bookkeeping waits for the next cycle when the coordinator does not answer.
         match &own {
             Some(own) => {
-                if let Err(e) = self.pace_watch().look(case, own, now).await {
+                if let Err(e) = self.pace_watch().look(case, own).await {
                     tracing::warn!(worker = %case.c.worker, error = %e, "the gang's pace could not be judged this cycle");
                 }
             }
@@ -209,9 +192,9 @@ impl RestartPath<'_> {
         &mut self,
         case: &Case<'_>,
         incident: &Option<Incident>,
-        now: Millis,
     ) -> Result<()> {
         let Some(inc) = incident else { return Ok(()) };
+        let now = case.now;
         // NB: a hang found by the worker's learned rhythm is restarted only once the fixed rule
         // finds it too, unless the rhythm the coordinator holds may restart it
         // (`policy_rhythm::restart_policy`: `policy.learned.restarts`).
@@ -223,8 +206,7 @@ impl RestartPath<'_> {
             return Ok(());
         }
         let since = policy_due::condition_since(case.v, inc.started, case.marks, case.status);
-        let act = Act { case, inc, since, order: None };
-        self.pipeline(&act, now).run().await
+        self.pipeline(&Act { case, inc, since, order: None }).run().await
     }
 
     /// One effect of the plan. `incident` is the shared timer as this cycle knows it (opened by
@@ -234,11 +216,10 @@ impl RestartPath<'_> {
         case: &Case<'_>,
         effect: Effect,
         incident: &mut Option<Incident>,
-        now: Millis,
     ) -> Result<()> {
-        let (k, w) = (self.ctx.keys.clone(), case.worker());
+        let (k, w, now) = (self.ctx.keys.clone(), case.worker(), case.now);
         match effect {
-            Effect::RecordSuspect { heartbeat } => self.record_suspect(case, heartbeat, now).await,
+            Effect::RecordSuspect { heartbeat } => self.record_suspect(case, heartbeat).await,
             Effect::ClearSuspect => self.ctx.coord.del(&[k.suspect(w)]).await,
             Effect::MarkErrorSince => {
                 self.ctx.coord.set_nx(&k.error_since(w), &now.to_string(), MARK_TTL).await.map(drop)
@@ -253,26 +234,26 @@ impl RestartPath<'_> {
                 Ok(())
             }
             Effect::ClearProgress => self.ctx.coord.del(&[k.progress(w)]).await,
-            Effect::ClearIncident(end) => self.clear_incident(case, end, now).await,
-            Effect::ForgetRestart => self.forget_restart(case, now).await,
+            Effect::ClearIncident(end) => self.clear_incident(case, end).await,
+            Effect::ForgetRestart => self.forget_restart(case).await,
             // NB: only the run read this cycle: another instance's claim meanwhile wrote a
             // newer one, which must stand.
             Effect::ClearFruitless => match case.marks.fruitless.as_ref().map(|f| f.encode()) {
                 Some(f) => self.ctx.coord.del_if_owner(&k.fruitless(w), &f).await.map(drop),
                 None => Ok(()),
             },
-            Effect::CloseEpisode(e) => self.close_episode(case, e, now).await,
-            Effect::OpenEpisode(e) => self.open_episode(case, e, now).await,
+            Effect::CloseEpisode(e) => self.close_episode(case, e).await,
+            Effect::OpenEpisode(e) => self.open_episode(case, e).await,
             Effect::OpenIncident => {
-                *incident = self.open_incident(case, now).await?;
+                *incident = self.open_incident(case).await?;
                 Ok(())
             }
-            Effect::Escalate => self.escalate(case, now).await,
+            Effect::Escalate => self.escalate(case).await,
             Effect::AlertIncident => match incident {
-                Some(inc) => self.alert_incident(case, inc, now).await,
+                Some(inc) => self.alert_incident(case, inc).await,
                 None => Ok(()),
             },
-            Effect::ConsiderRestart => self.consider_restart(case, incident, now).await,
+            Effect::ConsiderRestart => self.consider_restart(case, incident).await,
             // Carried out by `carry_out`, which holds the member's entry.
             Effect::Gang => Ok(()),
         }

@@ -11,7 +11,7 @@ use crate::clock::{human, ms, utc_day, Millis, Stamp};
 use crate::coord::Result;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::{Gang, Incident, WorkerState};
-use crate::hang::model_gang::{Activity, Decision, GangIncident, GangState, Member};
+use crate::hang::model_gang::{Activity, Decision, GangState, Member};
 use crate::hang::policy::Verdict;
 use crate::hang::policy_fruitless::{self, Beat};
 use crate::hang::policy_gang::{self as gp, GangStep, GangVerdict, Rules, Timing};
@@ -20,6 +20,8 @@ use crate::hang::stand_down::StandDown;
 use crate::trail::Code;
 use crate::vocab::workload::{Remediation, Stops};
 
+use super::gang_decision::GangDecider;
+use super::pager::Pager;
 use super::{Act, Case, GangOrder, RestartPath};
 
 /// Where a gang step runs: the gang, this agent's member (as the view has it), the members
@@ -33,16 +35,20 @@ struct Here<'a> {
 
 impl RestartPath<'_> {
     /// This member's entry in its gang's view, as of this cycle (queued for the cycle's batch).
-    pub(super) async fn member_entry(&mut self, case: &Case<'_>, now: Millis) -> Option<Member> {
-        let s = case.status?;
+    pub(super) async fn member_entry(&mut self, case: &Case<'_>) -> Option<Member> {
+        let (s, now) = (case.status?, case.now);
         let g = s.gang.as_ref()?;
         let sd = self.watch.stand_down(case.c, now, &self.ctx.cfg.metadata);
-        let (rule, troubled) = self.judge().member_standing(case, now);
+        let (rule, troubled) = self.judge().member_standing(case);
         let (stand_down, one_for_all) = self.cannot_take_part(case, sd.as_ref(), troubled).await;
         // The JobSet's incarnation, when the gang is the one the pod's labels name.
         let pod_gang = case.c.gang.as_ref().filter(|pg| pg.id == g.id);
         let jsu = pod_gang.and_then(|pg| pg.jobset_uid.as_deref());
         let resumed = self.pace_watch().resume(g, &case.c.worker, jsu, now).await;
+        // What this member's node knows that may explain a stop, besides its GPU XIDs
+        // (`self.gpu_evidence`, first in `signals`): a failed GPU or TPU.
+        let gpu = self.node.gpu_failed.then(|| "its GPU failed".to_string());
+        let tpu = self.node.tpu_failed.then(|| "the node's TPU failed".to_string());
         let m = Member {
             node: self.ctx.keys.node().to_string(),
             worker: case.c.worker.clone(),
@@ -63,7 +69,7 @@ impl RestartPath<'_> {
             starting: sd.as_ref().is_some_and(StandDown::passing),
             breaker_left: self.breaker_left(now).await,
             container: case.c.display(),
-            signals: self.member_signals(),
+            signals: self.gpu_evidence.iter().cloned().chain(gpu).chain(tpu).collect(),
             alert_only: case.alert_only(),
             attempt: pod_gang.and_then(|pg| pg.attempt),
             jobset_uid: pod_gang.and_then(|pg| pg.jobset_uid.clone()),
@@ -85,13 +91,6 @@ impl RestartPath<'_> {
         Some(m)
     }
 
-    /// What this member's node knows that may explain a stop (a GPU XID, a failed GPU or TPU).
-    fn member_signals(&self) -> Vec<String> {
-        let gpu = self.node.gpu_failed.then(|| "its GPU failed".to_string());
-        let tpu = self.node.tpu_failed.then(|| "the node's TPU failed".to_string());
-        self.gpu_evidence.iter().cloned().chain(gpu).chain(tpu).collect()
-    }
-
     /// Restarts this node's breaker still allows today: as the cycle's batch last read it, or —
     /// in an agent's first cycle, before any batch — read now, once (unknown is no answer to
     /// give a decision: the simulation's seed 4 decided on a fresh agent's unknown and its
@@ -102,9 +101,8 @@ impl RestartPath<'_> {
             return None;
         }
         if self.gangs.breaker_left.is_none() {
-            let key = self.ctx.keys.breaker(&utc_day(now));
             // NB: a read that fails is no unit (fail closed): the decision waits for a count.
-            let used = self.ctx.coord.counter(&key).await;
+            let used = self.ctx.coord.counter(&self.ctx.keys.breaker(&utc_day(now))).await;
             return Some(used.map_or(0, |used| u64::from(s.breaker_per_day).saturating_sub(used)));
         }
         self.gangs.breaker_left
@@ -145,10 +143,9 @@ impl RestartPath<'_> {
         case: &Case<'_>,
         own: &Member,
         incident: &Option<Incident>,
-        now: Millis,
     ) -> Result<()> {
         let Some(g) = case.gang() else { return Ok(()) };
-        let cfg = &self.ctx.cfg;
+        let (cfg, now) = (&self.ctx.cfg, case.now);
         let t = Timing::of(cfg);
         let rules = Rules { action: cfg.gang.action, straggler: cfg.gang.straggler, timing: t };
         let view = self.gangs.reads.read(self.ctx, g, own, false).await?;
@@ -157,14 +154,14 @@ impl RestartPath<'_> {
             // carries out a standing decision for its own member.
             let standing = view.state.current_decision().cloned();
             if let Some(d) = standing.filter(|d| gp::executable(d, own, now, &t)) {
-                self.execute(case, g, &view.state, d, now).await?;
+                self.execute(case, g, &view.state, d).await?;
             }
             return Ok(());
         }
         let mut state = view.state;
         let members = gp::present(&view.members, now, &t);
         if gp::incident_over(&state, &members, now, &t) {
-            self.close_gang_incident(case, g, &state, now).await?;
+            self.close_gang_incident(case, g, &state).await?;
             state = GangState {
                 restarted: state.current_decision().map(|d| d.decided).or(state.restarted),
                 fruitless: state.fruitless.clone(),
@@ -174,13 +171,13 @@ impl RestartPath<'_> {
         }
         let verdict = gp::verdict(&members, now);
         if let (GangVerdict::Hung { first }, None) = (&verdict, &state.incident) {
-            state.incident = Some(self.open_gang_incident(case, g, first, now).await?);
+            state.incident = Some(self.open_gang_incident(case, g, first).await?);
             self.gangs.reads.remember(g, &state);
         }
         let own = members.iter().find(|m| m.id() == own.id()).unwrap_or(own);
         for step in gp::plan(&verdict, &state, &members, own, now, &rules) {
             let here = Here { g, own, members: &members, incident };
-            self.gang_step_of_plan(case, &here, &mut state, step, now).await?;
+            self.gang_step_of_plan(case, &here, &mut state, step).await?;
         }
         Ok(())
     }
@@ -192,31 +189,31 @@ impl RestartPath<'_> {
         here: &Here<'_>,
         state: &mut GangState,
         step: GangStep,
-        now: Millis,
     ) -> Result<()> {
-        let (g, own, members) = (here.g, here.own, here.members);
+        let (g, own, members, now) = (here.g, here.own, here.members, case.now);
         match step {
             GangStep::PageHung => self.pager().page_gang_hung(g, state, members, now).await,
             GangStep::PageEscalation { restarted } => {
                 self.pager().page_gang_again(g, members, restarted, now).await
             }
-            GangStep::PageStraggler => self.page_straggler(case, g, own, now).await,
+            GangStep::PageStraggler => self.page_straggler(case, g, own).await,
             // `gang.straggler = "restart"`: the single-worker pipeline, for this member alone.
-            GangStep::RestartAlone => self.consider_restart(case, here.incident, now).await,
+            GangStep::RestartAlone => self.consider_restart(case, here.incident).await,
             GangStep::Decide => {
                 let planned = state.incident.as_ref();
-                let Some(d) = self.gang_decider(case, g, own, planned).decide(now).await? else {
-                    return Ok(());
-                };
+                let pager = Pager::new(self.ctx, self.alerts, &mut self.gangs.sent);
+                let (ctx, journal, reads) = (self.ctx, &mut *self.journal, &mut self.gangs.reads);
+                let mut decider = GangDecider { ctx, pager, journal, reads, case, g, own, planned };
+                let Some(d) = decider.decide(now).await? else { return Ok(()) };
                 state.decision = Some(d.clone());
                 self.gangs.reads.remember(g, state);
                 if gp::executable(&d, own, now, &Timing::of(&self.ctx.cfg)) {
-                    self.execute(case, g, state, d, now).await?;
+                    self.execute(case, g, state, d).await?;
                 }
                 Ok(())
             }
             GangStep::Execute => match state.current_decision().cloned() {
-                Some(d) => self.execute(case, g, state, d, now).await,
+                Some(d) => self.execute(case, g, state, d).await,
                 None => Ok(()),
             },
         }
@@ -227,22 +224,18 @@ impl RestartPath<'_> {
         case: &Case<'_>,
         g: &Gang,
         first: &str,
-        now: Millis,
-    ) -> Result<GangIncident> {
-        let key = self.ctx.keys.gang_incident(&g.id);
+    ) -> Result<Incident> {
+        let (key, now) = (self.ctx.keys.gang_incident(&g.id), case.now);
         let id = format!("g{}", crate::coord::lease::Lease::random_token());
-        let value = Stamp::new(now, &id).to_string();
-        if self.ctx.coord.set_nx(&key, &value, MARK_TTL).await? {
-            let detail = format!(
-                "gang {} stopped as a whole: no member progresses; the first to stop was {first}",
-                g.id
-            );
+        if self.ctx.coord.set_nx(&key, &Stamp::new(now, &id).to_string(), MARK_TTL).await? {
+            let gang = &g.id;
+            let detail = format!("gang {gang} stopped as a whole: no member progresses; the first to stop was {first}");
             self.journal.note(now, case.about().incident(&id), Code::GangHung, detail).await?;
-            return Ok(GangIncident { started: now, id });
+            return Ok(Incident { started: now, id });
         }
         // Another member's agent opened it first: theirs stands.
         let theirs = GangState::decode(&self.ctx.coord.get_many(&[key]).await?);
-        Ok(theirs.incident.unwrap_or(GangIncident { started: now, id }))
+        Ok(theirs.incident.unwrap_or(Incident { started: now, id }))
     }
 
     async fn close_gang_incident(
@@ -250,10 +243,9 @@ impl RestartPath<'_> {
         case: &Case<'_>,
         g: &Gang,
         state: &GangState,
-        now: Millis,
     ) -> Result<()> {
         let Some(inc) = &state.incident else { return Ok(()) };
-        let k = &self.ctx.keys;
+        let (k, now) = (&self.ctx.keys, case.now);
         if let (Some(d), false) = (state.current_decision(), self.ctx.cfg.dry_run) {
             // NB: the restart remembered before the incident goes (any closer writes the same
             // value): a close whose later write failed left the gang's next incident not
@@ -307,14 +299,12 @@ impl RestartPath<'_> {
         g: &Gang,
         state: &GangState,
         d: Decision,
-        now: Millis,
     ) -> Result<()> {
         let Some(inc) = &state.incident else { return Ok(()) };
         let errored = case.status.is_some_and(|s| s.state == WorkerState::Error);
         let member = Case { v: if errored { Verdict::Errored } else { Verdict::Hung }, ..*case };
         let order = GangOrder { gang: g.id.clone(), decision: d };
         let since = case.status.and_then(|s| s.heartbeat).unwrap_or(inc.started);
-        let act = Act { case: &member, inc, since, order: Some(&order) };
-        self.pipeline(&act, now).run().await
+        self.pipeline(&Act { case: &member, inc, since, order: Some(&order) }).run().await
     }
 }

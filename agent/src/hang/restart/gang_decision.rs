@@ -14,15 +14,15 @@ use crate::coord::Result;
 use crate::hang::context::Context;
 use crate::hang::journal::Journal;
 use crate::hang::marks::{FRUITLESS_TTL, MARK_TTL};
-use crate::hang::model::{Fruitless, Gang};
-use crate::hang::model_gang::{Decision, GangIncident, GangReads, GangState, Member};
+use crate::hang::model::{Fruitless, Gang, Incident};
+use crate::hang::model_gang::{Decision, GangReads, GangState, Member};
 use crate::hang::policy::Cancel;
 use crate::hang::policy_fruitless::{self, Beat, RunOf};
 use crate::hang::policy_gang::{self as gp, Timing};
 use crate::hang::policy_pipeline::{first, next, Next, Seen, Skip, Step, Unit};
 
 use super::pager::Pager;
-use super::{Case, RestartPath};
+use super::Case;
 
 /// A gang's decision, for one pass: the gang, the member whose agent decides (its case, for the
 /// trail) and the incident the decision was planned on, and what it takes of the worker's
@@ -31,27 +31,13 @@ pub(super) struct GangDecider<'a> {
     pub(super) ctx: &'a Context,
     pub(super) pager: Pager<'a>,
     pub(super) journal: &'a mut Journal,
-    reads: &'a mut GangReads,
+    pub(super) reads: &'a mut GangReads,
     pub(super) case: &'a Case<'a>,
     pub(super) g: &'a Gang,
-    own: &'a Member,
-    planned: Option<&'a GangIncident>,
-}
-
-impl RestartPath<'_> {
-    /// The decider of gang `g`'s decision for this pass: `own` is this worker's member, and
-    /// `planned` the incident its agent planned the decision on.
-    pub(super) fn gang_decider<'a>(
-        &'a mut self,
-        case: &'a Case<'a>,
-        g: &'a Gang,
-        own: &'a Member,
-        planned: Option<&'a GangIncident>,
-    ) -> GangDecider<'a> {
-        let pager = Pager::new(self.ctx, self.alerts, &mut self.gangs.sent);
-        let reads = &mut self.gangs.reads;
-        GangDecider { ctx: self.ctx, pager, journal: self.journal, reads, case, g, own, planned }
-    }
+    /// This worker's member.
+    pub(super) own: &'a Member,
+    /// The incident its agent planned the decision on.
+    pub(super) planned: Option<&'a Incident>,
 }
 
 /// What a gang's decision carries from one step to the next.
@@ -67,7 +53,7 @@ struct GangPass {
 
 /// The gang as `Revalidate` read it under the lock.
 struct Fresh {
-    inc: GangIncident,
+    inc: Incident,
     /// The members present.
     members: Vec<Member>,
     /// The gang's run of fruitless restarts.
@@ -80,8 +66,7 @@ impl GangDecider<'_> {
     /// agent holds the lock, a blocker, a cap, the incident over).
     pub(super) async fn decide(&mut self, now: Millis) -> Result<Option<Decision>> {
         let mut pass = GangPass { now, fresh: None, decision: Ok(None) };
-        let mut lease = None;
-        let mut step = first(Unit::Gang);
+        let (mut lease, mut step) = (None, first(Unit::Gang));
         let result = loop {
             let ran = match step {
                 Step::Lock => self.take_gang_lock(&mut lease).await,
@@ -110,8 +95,7 @@ impl GangDecider<'_> {
     }
 
     async fn take_gang_lock(&mut self, lease: &mut Option<Lease>) -> Result<Seen> {
-        let key = self.ctx.keys.gang_lock(&self.g.id);
-        let ttl = self.ctx.cfg.safety.lock_ttl;
+        let (key, ttl) = (self.ctx.keys.gang_lock(&self.g.id), self.ctx.cfg.safety.lock_ttl);
         *lease = Lease::take(self.ctx.coord.as_ref(), key, Lease::random_token(), ttl).await?;
         Ok(lease.as_ref().map_or(Seen::Skip(Skip::LockHeld), |_| Seen::Pass))
     }
@@ -162,8 +146,7 @@ impl GangDecider<'_> {
         let fresh = self.reads.read(self.ctx, g, self.own, true).await?;
         let now = self.ctx.coord.time().await?.max(pass.now);
         pass.now = now;
-        let members = gp::present(&fresh.members, now, &t);
-        let state = fresh.state;
+        let (members, state) = (gp::present(&fresh.members, now, &t), fresh.state);
         let Some(inc) = state.incident.clone().filter(|i| Some(i) == self.planned) else {
             return Ok(Seen::Skip(Skip::Cancelled(Cancel::Recovered)));
         };
@@ -174,8 +157,7 @@ impl GangDecider<'_> {
         if let Some(old) = state.decision.as_ref() {
             // A decision of another (closed) incident whose removal failed: incident ids are
             // unique, so it is stale; under the gang lock, removed (compare-and-delete).
-            let dkey = self.ctx.keys.gang_decision(&g.id);
-            self.ctx.coord.del_if_owner(&dkey, &old.encode()).await?;
+            self.ctx.coord.del_if_owner(&self.ctx.keys.gang_decision(&g.id), &old.encode()).await?;
         }
         if !gp::decidable(inc.started, &members, now, &t) {
             return Ok(Seen::Skip(Skip::Cancelled(Cancel::Recovered)));
@@ -193,8 +175,7 @@ impl GangDecider<'_> {
         }
         let why = gp::blockers(&members, g.size, now, &t);
         if !why.is_empty() {
-            let r = (Skip::Blocked, blocked(g, &why));
-            return self.refuse(&inc, &members, r, now).await;
+            return self.refuse(&inc, &members, (Skip::Blocked, blocked(g, &why)), now).await;
         }
         pass.fresh = Some(Fresh { inc, members, run: state.fruitless });
         Ok(Seen::Pass)
@@ -219,8 +200,7 @@ impl GangDecider<'_> {
     async fn standing_decision(&self) -> Result<Option<Decision>> {
         let id = &self.g.id;
         let keys = [self.ctx.keys.gang_incident(id), self.ctx.keys.gang_decision(id)];
-        let values = self.ctx.coord.get_many(&keys).await?;
-        Ok(GangState::decode(&values).current_decision().cloned())
+        Ok(GangState::decode(&self.ctx.coord.get_many(&keys).await?).current_decision().cloned())
     }
 
     /// The gang's caps: its own breaker (`gang.breaker_per_day`) and the fleet budget, through
@@ -243,16 +223,16 @@ impl GangDecider<'_> {
         // NB: both units or none (`Caps::take`), as for a worker's restart.
         let refused = match self.gang_caps().take(now).await? {
             Allowance::Granted => return Ok(Seen::Pass),
-            Allowance::BreakerOpen => format!(
-                "the gang's breaker is open: {} gang restart(s) already today (UTC {}, gang.breaker_per_day)",
-                self.ctx.cfg.gang.breaker_per_day,
-                utc_day(now)
-            ),
-            Allowance::BudgetExhausted => format!(
-                "the fleet restart budget is exhausted ({} per {})",
-                self.ctx.cfg.safety.fleet_budget,
-                humantime::format_duration(self.ctx.cfg.safety.fleet_window)
-            ),
+            Allowance::BreakerOpen => {
+                let (per_day, day) = (self.ctx.cfg.gang.breaker_per_day, utc_day(now));
+                format!("the gang's breaker is open: {per_day} gang restart(s) already today (UTC {day}, gang.breaker_per_day)")
+            }
+            Allowance::BudgetExhausted => {
+                let safety = &self.ctx.cfg.safety;
+                let budget = safety.fleet_budget;
+                let every = humantime::format_duration(safety.fleet_window);
+                format!("the fleet restart budget is exhausted ({budget} per {every})")
+            }
         };
         self.refuse(&f.inc, &f.members, (Skip::Blocked, blocked(self.g, &[refused])), now).await
     }
@@ -281,9 +261,6 @@ impl GangDecider<'_> {
 /// Why nobody is restarted, as the `gang-blocked` page and the trail say it (one page per gang
 /// incident naming every blocking member and why).
 fn blocked(g: &Gang, why: &[String]) -> String {
-    format!(
-        "gang {} is hung but cannot be restarted as a whole, so no member is restarted (a partial restart breaks the job's rendezvous): {}",
-        g.id,
-        why.join("; ")
-    )
+    let (gang, why) = (&g.id, why.join("; "));
+    format!("gang {gang} is hung but cannot be restarted as a whole, so no member is restarted (a partial restart breaks the job's rendezvous): {why}")
 }

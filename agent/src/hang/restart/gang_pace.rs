@@ -79,9 +79,9 @@ fn against(rate: f64, base: f64) -> String {
 /// NB: a window teaches nothing while the worker announced a long operation, left
 /// `processing`, is not healthy by its own verdict, its node stands down, or its container is
 /// warming up (compile, a restart's warm-up).
-fn look_at(case: &Case<'_>, own: &Member, cfg: &PaceConfig, now: Millis) -> Option<Look> {
+fn look_at(case: &Case<'_>, own: &Member, cfg: &PaceConfig) -> Option<Look> {
     let s = case.status?;
-    let warming = case.c.started_ms().is_some_and(|st| now - st < ms(cfg.warmup));
+    let warming = case.c.started_ms().is_some_and(|st| case.now - st < ms(cfg.warmup));
     let held = s.grace.is_some()
         || s.state != WorkerState::Processing
         || case.v != Verdict::Healthy
@@ -93,8 +93,8 @@ fn look_at(case: &Case<'_>, own: &Member, cfg: &PaceConfig, now: Millis) -> Opti
 impl PaceWatch<'_> {
     /// This gang member's pace, measured and exported (with the time a slow run loses); the
     /// gang's slow episode opened, or — by its opener — ended.
-    pub(super) async fn look(&mut self, case: &Case<'_>, own: &Member, now: Millis) -> Result<()> {
-        let cfg = self.ctx.cfg.gang.pace.clone();
+    pub(super) async fn look(&mut self, case: &Case<'_>, own: &Member) -> Result<()> {
+        let (cfg, now) = (self.ctx.cfg.gang.pace.clone(), case.now);
         // NB: pace off (a reload may turn it off) or no gang: nothing of an episode is its.
         let Some(g) = case.gang().filter(|_| cfg.enabled) else {
             self.pace.forget_episode();
@@ -103,7 +103,7 @@ impl PaceWatch<'_> {
         };
         // NB: the pace its entry keeps was taken (`PaceWatch::resume`) before the entry was written.
         self.pace.follow(&g.id);
-        self.pace.observe(look_at(case, own, &cfg, now), &cfg);
+        self.pace.observe(look_at(case, own, &cfg), &cfg);
         let verdict = self.pace.verdict(now, &cfg);
         let (rate, base) = (self.pace.rate, self.pace.baseline);
         let slow = matches!(verdict, PaceVerdict::Slow { .. });
@@ -125,8 +125,7 @@ impl PaceWatch<'_> {
     /// recovery line is no end: while the episode still names this worker, it still does (read
     /// once a cycle), until its member is back at its pace or the episode ends.
     async fn at_pace(&mut self, g: &Gang, own: &Member, now: Millis) -> Result<()> {
-        self.pace.episode_seen = false;
-        self.pace.heard = false;
+        (self.pace.episode_seen, self.pace.heard) = (false, false);
         if !self.slow.contains_key(&g.id) && self.pace.named.is_none() {
             return Ok(());
         }
@@ -146,13 +145,11 @@ impl PaceWatch<'_> {
         (since, rate, baseline): (Millis, f64, f64),
         now: Millis,
     ) -> Result<()> {
-        let key = self.ctx.keys.gang_slow(&g.id);
-        let lease = lease(&self.ctx.cfg.gang.pace);
+        let (key, lease) = (self.ctx.keys.gang_slow(&g.id), lease(&self.ctx.cfg.gang.pace));
         // NB: asked again once half the lease passed: an episode whose opener is gone lapses,
         // and a run that goes on opens the next.
         if self.pace.episode_seen && now - self.pace.asked >= ms(lease) / 2 {
-            self.pace.episode_seen = false;
-            self.pace.heard = false;
+            (self.pace.episode_seen, self.pace.heard) = (false, false);
         }
         // NB: once the episode is seen, one read a cycle while the run lasts, until it names
         // someone else: the member it names shows it on its Node (`VigilSlow`), whichever agent
@@ -212,8 +209,7 @@ impl PaceWatch<'_> {
             |(m, why, points)| format!("{}|{points}|{}", m.id(), why.join("; ")),
         );
         let value = episode(since, (rate, baseline), (&own.id(), now), &placed);
-        let lease = lease(&self.ctx.cfg.gang.pace);
-        self.ctx.coord.set(&key, &value, lease).await?;
+        self.ctx.coord.set(&key, &value, lease(&self.ctx.cfg.gang.pace)).await?;
         self.hear_episode(g, own, Some(&value));
         self.ctx.metrics.pace.episodes.inc();
         let (node, worker) = (at.node.clone(), at.worker.clone());
@@ -258,9 +254,7 @@ impl PaceWatch<'_> {
         };
         let (gang, pace, pct, took) =
             (&g.id, against(rate, baseline), 100.0 * rate / baseline, human(now - since));
-        let detail = format!(
-            "gang {gang} runs slow: {pace} ({pct:.0} %) for {took}; {who}. Vigil does not restart for slowness"
-        );
+        let detail = format!("gang {gang} runs slow: {pace} ({pct:.0} %) for {took}; {who}. Vigil does not restart for slowness");
         let a = self.pager.gang_alert(AlertKind::Slow, g, members, Some(at), detail);
         let claim = self.ctx.keys.gang_alert(&g.id, &claim_id(value), "slow");
         self.pager.page_once(&claim, MARK_TTL, a, Unit::Gang, now).await?;
@@ -272,12 +266,9 @@ impl PaceWatch<'_> {
     /// opener ends the episode (compare-and-delete, then the quiet mark for `slow_for`), resolves
     /// the alert it sent, says `slow-over` once.
     async fn slow_ended(&mut self, g: &Gang, rate: f64, baseline: f64, now: Millis) -> Result<()> {
-        self.pace.episode_seen = false;
-        self.pace.named = None;
-        let Some(SlowOpened { value, node, worker, paged, .. }) = self.slow.get(&g.id).cloned()
-        else {
-            return Ok(());
-        };
+        (self.pace.episode_seen, self.pace.named) = (false, None);
+        let Some(opened) = self.slow.get(&g.id).cloned() else { return Ok(()) };
+        let SlowOpened { value, node, worker, paged, .. } = opened;
         let key = self.ctx.keys.gang_slow(&g.id);
         if !self.ctx.coord.del_if_owner(&key, &value).await? {
             let held = self.ctx.coord.get(&key).await?;

@@ -9,7 +9,7 @@
 use crate::clock::{ms, Millis};
 use crate::coord::Result;
 use crate::hang::model::Gang;
-use crate::hang::model_gang::{member_id, Member, PaceKept, SlowOpened};
+use crate::hang::model_gang::{member_id, Member, SlowOpened};
 use crate::hang::model_slow::{lease, opened_of, opener_of, placed_at, rates_of, settled};
 use crate::hang::model_slow::{since_of, MOST};
 use crate::hang::policy_gang::{self as gp, Timing};
@@ -36,12 +36,22 @@ impl PaceWatch<'_> {
         if self.pace.resumed {
             return true;
         }
-        let own = member_id(self.ctx.keys.node(), worker);
-        let Ok(kept) = self.kept(g, &own, jsu, now).await.map_err(|e| {
+        let node = self.ctx.keys.node();
+        let own = member_id(node, worker);
+        let key = self.ctx.keys.gang_members(&g.id, gp::shard_of(node, gp::shards(g.size)));
+        let Ok(entry) = self.ctx.coord.hget(&key, &own).await.map_err(|e| {
             tracing::warn!(worker, error = %e, "the pace kept in the gang's view could not be read; the member's entry waits for it");
         }) else {
             return false;
         };
+        // The pace the member's entry keeps, when it is the same job's: an entry written within
+        // `gone_after` (an older one is a departed worker's) of the same JobSet, when both say.
+        let gone_after = Timing::of(&self.ctx.cfg).gone_after;
+        let kept = entry
+            .and_then(|json| serde_json::from_str::<Member>(&json).ok())
+            .filter(|m| now - m.at <= gone_after)
+            .filter(|m| jsu.zip(m.jobset_uid.as_deref()).is_none_or(|(a, b)| a == b))
+            .and_then(|m| m.pace);
         self.pace.resume(kept, &cfg);
         // NB: an opener restarted takes its episode back whatever its member's pace now: back
         // at it, the episode ends here (`slow-over`) instead of lapsing unsaid.
@@ -49,26 +59,6 @@ impl PaceWatch<'_> {
             tracing::warn!(worker, error = %e, "a slow episode this member opened could not be taken back; it lapses with its lease");
         }
         true
-    }
-
-    /// The pace the member's entry keeps, when it is the same job's: an entry written within
-    /// `gone_after` (an older one is a departed worker's) of the same JobSet, when both say.
-    async fn kept(
-        &self,
-        g: &Gang,
-        own: &str,
-        jsu: Option<&str>,
-        now: Millis,
-    ) -> Result<Option<PaceKept>> {
-        let node = self.ctx.keys.node();
-        let key = self.ctx.keys.gang_members(&g.id, gp::shard_of(node, gp::shards(g.size)));
-        let entry = self.ctx.coord.hget(&key, own).await?;
-        let gone_after = Timing::of(&self.ctx.cfg).gone_after;
-        Ok(entry
-            .and_then(|json| serde_json::from_str::<Member>(&json).ok())
-            .filter(|m| now - m.at <= gone_after)
-            .filter(|m| jsu.zip(m.jobset_uid.as_deref()).is_none_or(|(a, b)| a == b))
-            .and_then(|m| m.pace))
     }
 
     /// The gang's open episode, when this member's agent opened it: followed from here on (its
@@ -83,8 +73,7 @@ impl PaceWatch<'_> {
             return self.ctx.coord.del_if_owner(&key, &value).await.map(drop);
         }
         let Some((node, worker)) = placed_at(&value) else { return Ok(()) };
-        let lease = lease(&self.ctx.cfg.gang.pace);
-        if self.ctx.coord.renew_if_owner(&key, &value, lease).await? {
+        if self.ctx.coord.renew_if_owner(&key, &value, lease(&self.ctx.cfg.gang.pace)).await? {
             let opened = SlowOpened { value, node, worker, renewed: now, paged: false };
             // NB: its page is owed until this agent measures the member slow (`follow_episode`):
             // not one sent late for a gang back at its pace while the agent was away.

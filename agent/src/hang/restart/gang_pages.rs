@@ -9,8 +9,8 @@ use crate::clock::{human, Millis};
 use crate::config::{GangAction, StragglerAction};
 use crate::coord::Result;
 use crate::hang::marks::MARK_TTL;
-use crate::hang::model::Gang;
-use crate::hang::model_gang::{Decision, GangIncident, GangState, Member};
+use crate::hang::model::{Gang, Incident};
+use crate::hang::model_gang::{Decision, GangState, Member};
 use crate::hang::policy_gang as gp;
 use crate::hang::policy_pipeline::{Seen, Skip, Unit};
 use crate::trail::Code;
@@ -25,25 +25,20 @@ impl RestartPath<'_> {
         case: &Case<'_>,
         g: &Gang,
         own: &Member,
-        now: Millis,
     ) -> Result<()> {
-        let since = own.heartbeat.unwrap_or(0).to_string();
-        let key = self.ctx.keys.gang_alert(&g.id, &format!("{}-{since}", own.id()), "straggler");
+        let (id, since, gang) = (own.id(), own.heartbeat.unwrap_or(0), &g.id);
+        let key = self.ctx.keys.gang_alert(gang, &format!("{id}-{since}"), "straggler");
         let what = match self.ctx.cfg.gang.straggler {
             StragglerAction::AlertOnly => "not restarted alone (gang.straggler = alert-only)",
             StragglerAction::Restart => "restarted alone (gang.straggler = restart)",
         };
-        let detail = format!(
-            "{} ({}) stopped while the other members of gang {} still progress; {what}",
-            own.id(),
-            own.container,
-            g.id
-        );
+        let container = &own.container;
+        let detail = format!("{id} ({container}) stopped while the other members of gang {gang} still progress; {what}");
         let a = self.pager().gang_alert(AlertKind::Straggler, g, &[], Some(own), detail.clone());
-        if !self.pager().page_once(&key, MARK_TTL, a, Unit::Gang, now).await? {
+        if !self.pager().page_once(&key, MARK_TTL, a, Unit::Gang, case.now).await? {
             return Ok(());
         }
-        self.journal.note(now, case.about(), Code::Straggler, detail).await
+        self.journal.note(case.now, case.about(), Code::Straggler, detail).await
     }
 }
 
@@ -51,7 +46,7 @@ impl GangDecider<'_> {
     /// The decision's `restarting` page (`would-restart` in observe mode) and its trail entry.
     pub(super) async fn announce_decision(
         &mut self,
-        (inc, d): (&GangIncident, &Decision),
+        (inc, d): (&Incident, &Decision),
         members: &[Member],
         now: Millis,
     ) -> Result<()> {
@@ -60,37 +55,26 @@ impl GangDecider<'_> {
             true => (AlertKind::WouldRestart, "would restart"),
             false => (AlertKind::Restarting, "restarting"),
         };
-        let how = match gp::one_for_all(members, now) {
+        let (gang, count, per_day) = (&g.id, members.len(), self.ctx.cfg.gang.breaker_per_day);
+        let how = match gp::one_for_all(members, now).map(|m| (m.id(), &m.container)) {
             // NB: the job's controller restarts every member once one fails (a JobSet, a
             // LeaderWorkerSet group): one action, never N stops that fight it.
-            Some(m) => format!(
-                "{verb} gang {} the way its controller restarts it: one member, {} ({}), is stopped and its controller restarts all {} members",
-                g.id,
-                m.id(),
-                m.container,
-                members.len()
+            Some((id, container)) => format!(
+                "{verb} gang {gang} the way its controller restarts it: one member, {id} ({container}), is stopped and its controller restarts all {count} members"
             ),
-            None => format!(
-                "{verb} every member of gang {} together ({} members, each by its own node's agent within two poll intervals)",
-                g.id,
-                members.len()
-            ),
+            None => format!("{verb} every member of gang {gang} together ({count} members, each by its own node's agent within two poll intervals)"),
         };
         // NB: what the decision stood on, for the person reading the page at 3 a.m.
         let evidence = match gp::due_on(inc.started, members, now, &gp::Timing::of(&self.ctx.cfg)) {
-            Some(gp::Basis::Learned { since, wait }) => format!(
-                " On the learned rhythm: every member silent past the silence learned of it, for {} (its learned wait {}).",
-                human(now - since),
-                human(wait)
-            ),
+            Some(gp::Basis::Learned { since, wait }) => {
+                let (silent, wait) = (human(now - since), human(wait));
+                format!(" On the learned rhythm: every member silent past the silence learned of it, for {silent} (its learned wait {wait}).")
+            }
             _ => String::new(),
         };
-        let detail = format!(
-            "{how}; one unit of the fleet budget and of the gang's breaker ({} per day). {}{evidence}",
-            self.ctx.cfg.gang.breaker_per_day,
-            describe_hang(g, members, first, now)
-        );
-        let akey = self.ctx.keys.gang_alert(&g.id, &inc.id, "restart");
+        let hang = describe_hang(g, members, first, now);
+        let detail = format!("{how}; one unit of the fleet budget and of the gang's breaker ({per_day} per day). {hang}{evidence}");
+        let akey = self.ctx.keys.gang_alert(gang, &inc.id, "restart");
         let mut a = self.pager.gang_alert(kind, g, members, first, detail.clone());
         a.incident = Some(inc.id.clone());
         // NB: owed while the decision stands: this step never runs again for it, and the trail
@@ -108,7 +92,7 @@ impl GangDecider<'_> {
     /// (the skip's code); the pass stops at its skip.
     pub(super) async fn refuse(
         &mut self,
-        inc: &GangIncident,
+        inc: &Incident,
         members: &[Member],
         (skip, detail): (Skip, String),
         now: Millis,
@@ -140,14 +124,13 @@ impl Pager<'_> {
         let Some(inc) = &state.incident else { return Ok(()) };
         let first = gp::first_stopped(members, now);
         let mut detail = describe_hang(g, members, first, now);
-        let owner = members.iter().find(|m| m.alert_only);
+        let owner = members.iter().find(|m| m.alert_only).map(Member::id);
         match (self.ctx.cfg.gang.action, owner) {
             (GangAction::AlertOnly, _) => {
                 detail.push_str("; gang.action = alert-only: Vigil restarts no member")
             }
-            (_, Some(m)) => detail.push_str(&format!(
-                "; {} is alert-only (its restarts belong to its owner): Vigil restarts no member",
-                m.id()
+            (_, Some(id)) => detail.push_str(&format!(
+                "; {id} is alert-only (its restarts belong to its owner): Vigil restarts no member"
             )),
             _ => {}
         }
@@ -167,12 +150,9 @@ impl Pager<'_> {
     ) -> Result<()> {
         let key = self.ctx.keys.gang_alert(&g.id, &restarted.to_string(), "escalation");
         let first = gp::first_stopped(members, now);
-        let detail = format!(
-            "gang {} hangs again {} after its restart of every member: the restart did not fix it; a person must look. {}",
-            g.id,
-            human(now - restarted),
-            describe_hang(g, members, first, now)
-        );
+        let (gang, after) = (&g.id, human(now - restarted));
+        let hang = describe_hang(g, members, first, now);
+        let detail = format!("gang {gang} hangs again {after} after its restart of every member: the restart did not fix it; a person must look. {hang}");
         let a = self.gang_alert(AlertKind::Escalation, g, members, first, detail);
         self.page_once(&key, MARK_TTL, a, Unit::Gang, now).await.map(drop)
     }
@@ -185,15 +165,13 @@ fn describe_hang(g: &Gang, members: &[Member], first: Option<&Member>, now: Mill
         Some(n) => format!("{} of {n} members report", members.len()),
         None => format!("{} members", members.len()),
     };
-    let Some(f) = first else {
-        return format!("gang {}: {count}", g.id);
-    };
+    let Some(f) = first else { return format!("gang {}: {count}", g.id) };
     let last = f
         .heartbeat
         .map_or("never beat".to_string(), |hb| format!("last progress {} ago", human(now - hb)));
+    let (gang, worker, node, container) = (&g.id, &f.worker, &f.node, &f.container);
     let mut s = format!(
-        "gang {} ({count}) stopped: the first to stop was {} on node {} ({}), {last}",
-        g.id, f.worker, f.node, f.container
+        "gang {gang} ({count}) stopped: the first to stop was {worker} on node {node} ({container}), {last}"
     );
     if !f.signals.is_empty() {
         s.push_str(&format!("; on its node: {}", f.signals.join(", ")));

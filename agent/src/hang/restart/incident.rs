@@ -18,24 +18,14 @@ use super::command::{settle_fruitless, settle_gang_line, Line};
 use super::{short, Case, RestartPath};
 
 impl RestartPath<'_> {
-    pub(super) async fn record_suspect(
-        &mut self,
-        case: &Case<'_>,
-        hb: Millis,
-        now: Millis,
-    ) -> Result<()> {
-        let key = self.ctx.keys.suspect(case.worker());
+    pub(super) async fn record_suspect(&mut self, case: &Case<'_>, hb: Millis) -> Result<()> {
+        let (key, now) = (self.ctx.keys.suspect(case.worker()), case.now);
         self.ctx.coord.set(&key, &Stamp::new(hb, now.to_string()).to_string(), MARK_TTL).await?;
         let detail = format!("heartbeat {} old; waiting for a second observation", human(now - hb));
         self.journal.note(now, case.about(), Code::Suspect, detail).await
     }
 
-    pub(super) async fn clear_incident(
-        &mut self,
-        case: &Case<'_>,
-        end: TimerEnd,
-        now: Millis,
-    ) -> Result<()> {
+    pub(super) async fn clear_incident(&mut self, case: &Case<'_>, end: TimerEnd) -> Result<()> {
         self.ctx.coord.del(&[self.ctx.keys.incident(case.worker())]).await?;
         let why = match end {
             TimerEnd::Booting => "cooldown marker present: this is our own restart booting",
@@ -50,46 +40,36 @@ impl RestartPath<'_> {
         let about = case.about();
         let about = case.marks.incident.as_ref().map_or(about, |inc| about.incident(&inc.id));
         self.pager().resolve_alerts(case.worker(), ended).await;
-        self.journal.note(now, about, code, why.to_string()).await
+        self.journal.note(case.now, about, code, why.to_string()).await
     }
 
-    pub(super) async fn forget_restart(&mut self, case: &Case<'_>, now: Millis) -> Result<()> {
+    pub(super) async fn forget_restart(&mut self, case: &Case<'_>) -> Result<()> {
         let w = case.worker();
         self.ctx.coord.del(&[self.ctx.keys.restarted(w), self.ctx.keys.escalated(w)]).await?;
         self.pager().resolve_alerts(w, Resolve::Recovered).await;
         let detail = "worker healthy after our restart".to_string();
-        self.journal.note(now, case.about(), Code::Recovered, detail).await
+        self.journal.note(case.now, case.about(), Code::Recovered, detail).await
     }
 
-    pub(super) async fn close_episode(
-        &mut self,
-        case: &Case<'_>,
-        e: Episode,
-        now: Millis,
-    ) -> Result<()> {
+    pub(super) async fn close_episode(&mut self, case: &Case<'_>, e: Episode) -> Result<()> {
         self.ctx.coord.del(&[self.ctx.keys.episode(case.worker(), e.as_str())]).await?;
         let kind = super::pages::episode_kind(e);
         self.pager().resolve_alerts(case.worker(), Resolve::Episode(kind)).await;
         let detail = format!("{} condition ended", e.as_str());
-        self.journal.note(now, case.about(), Code::EpisodeClosed, detail).await
+        self.journal.note(case.now, case.about(), Code::EpisodeClosed, detail).await
     }
 
     /// Start the incident timer (first observer wins) and read back whoever's start time stands.
-    pub(super) async fn open_incident(
-        &mut self,
-        case: &Case<'_>,
-        now: Millis,
-    ) -> Result<Option<Incident>> {
-        let key = self.ctx.keys.incident(case.worker());
+    pub(super) async fn open_incident(&mut self, case: &Case<'_>) -> Result<Option<Incident>> {
+        let (key, now) = (self.ctx.keys.incident(case.worker()), case.now);
         let id = format!("{now:x}-{}", &Lease::random_token()[..6]);
         let won =
             self.ctx.coord.set_nx(&key, &Incident { started: now, id }.encode(), MARK_TTL).await?;
         // Whoever won, everyone reads the same start time back.
         let incident = self.ctx.coord.get(&key).await?.and_then(|s| Incident::decode(&s));
         if let (true, Some(inc)) = (won, &incident) {
-            let wait = policy_due::restart_wait(case.v, &self.ctx.cfg.policy);
-            let detail =
-                format!("{} confirmed; restart due in {}", case.v.as_str(), human(ms(wait)));
+            let due = human(ms(policy_due::restart_wait(case.v, &self.ctx.cfg.policy)));
+            let detail = format!("{} confirmed; restart due in {due}", case.v.as_str());
             let about = case.about().incident(&inc.id);
             self.journal.note(now, about, Code::TimerStarted, detail).await?;
         }
@@ -107,8 +87,7 @@ impl RestartPath<'_> {
         read: &marks::Decoded,
     ) -> Result<bool> {
         let marks::Decoded { incarnation: prev, cooldown: cooling, locked, .. } = read;
-        let w = c.worker.as_str();
-        let seen = marks::incarnation(c);
+        let (w, seen) = (c.worker.as_str(), marks::incarnation(c));
         if prev.as_deref() == Some(seen.as_str()) {
             return Ok(false);
         }
@@ -128,10 +107,16 @@ impl RestartPath<'_> {
             return Ok(false);
         }
         if external {
+            // Anyone else's restart (an operator's, Docker's restart policy, kubelet's) gets a
+            // full cooldown from its own start, even one that lands inside our cooldown, and the
+            // previous incarnation's timers and alerts go.
             // NB: before the incarnation is recorded: a write that fails (or a crash) in between
             // must leave the next cycle to find the new incarnation again, never a recorded
             // incarnation without its cooldown.
-            self.cool_down_external(w, now).await?;
+            let (k, marker) = (&self.ctx.keys, format!("{now}{}", marks::EXTERNAL));
+            self.ctx.coord.set(&k.cooldown(w), &marker, self.ctx.cfg.policy.cooldown).await?;
+            self.ctx.coord.del(&[k.incident(w), k.suspect(w), k.error_since(w)]).await?;
+            self.pager().resolve_alerts(w, Resolve::IncidentCleared).await;
         }
         self.ctx.coord.set(&self.ctx.keys.incarnation(w), &seen, MARK_TTL).await?;
         if !external {
@@ -150,18 +135,6 @@ impl RestartPath<'_> {
         Ok(true)
     }
 
-    /// Anyone else's restart (an operator's, Docker's restart policy, kubelet's) gets a full
-    /// cooldown from its own start, even one that lands inside our cooldown, and the previous
-    /// incarnation's timers and alerts go.
-    async fn cool_down_external(&mut self, w: &str, now: Millis) -> Result<()> {
-        let k = &self.ctx.keys;
-        let marker = format!("{now}{}", marks::EXTERNAL);
-        self.ctx.coord.set(&k.cooldown(w), &marker, self.ctx.cfg.policy.cooldown).await?;
-        self.ctx.coord.del(&[k.incident(w), k.suspect(w), k.error_since(w)]).await?;
-        self.pager().resolve_alerts(w, Resolve::IncidentCleared).await;
-        Ok(())
-    }
-
     /// The trail entry for a new incarnation we did not verify ourselves: the restart of an
     /// instance that died mid-command (`claim`: its unfinished claim), or someone else's.
     async fn note_new_incarnation(
@@ -171,21 +144,17 @@ impl RestartPath<'_> {
         claim: Option<&str>,
     ) -> Result<()> {
         let cooldown = humantime::format_duration(self.ctx.cfg.policy.cooldown);
-        let about = About::worker(&c.worker, Verdict::Booting);
+        let (id, about) = (short(&c.id), About::worker(&c.worker, Verdict::Booting));
         let Some(claim) = claim else {
             let detail = format!(
-                "container {} restarted outside Vigil; treated as booting for {cooldown}",
-                short(&c.id)
+                "container {id} restarted outside Vigil; treated as booting for {cooldown}"
             );
             return self.journal.note(now, about, Code::ExternalRestart, detail).await;
         };
         // NB: ours, finished by the survivor: the incident the claim names is kept, so the trail
         // reads as one restart of one incident, never as "outside Vigil".
         let about = marks::claimed_incident(claim).map_or(about, |id| about.incident(id));
-        let detail = format!(
-            "container {} runs a new incarnation after a restart claimed by an instance that did not record its outcome (it stopped mid-command; its restart ran); recorded for it, treated as booting for {cooldown}",
-            short(&c.id)
-        );
+        let detail = format!("container {id} runs a new incarnation after a restart claimed by an instance that did not record its outcome (it stopped mid-command; its restart ran); recorded for it, treated as booting for {cooldown}");
         self.journal.note(now, about, Code::Restarted, detail).await
     }
 }

@@ -23,8 +23,7 @@ impl Pipeline<'_> {
     /// The breaker, then the fleet budget (`crate::coord::caps::Caps::take`: both units or
     /// none). With `peek` (or in observe mode) only reads them.
     pub(super) async fn blocked_by_caps(&mut self, peek: bool) -> Result<Seen> {
-        let now = self.now;
-        let caps = self.caps();
+        let (now, caps) = (self.now, self.caps());
         let said = match peek || self.ctx.cfg.dry_run {
             true => caps.look(now).await?,
             false => caps.take(now).await?,

@@ -103,6 +103,8 @@ pub(crate) struct Case<'a> {
     /// What the cooldown marker said of a restart, and whether the node lock was held, as the
     /// cycle read them: with the marks, the incident's stage (`crate::hang::policy_life`).
     pub(crate) held: (Claim, bool),
+    /// The coordinator's clock as the cycle read the worker: the time of its evaluation's steps.
+    pub(crate) now: Millis,
 }
 
 impl Case<'_> {
@@ -148,27 +150,6 @@ struct GangOrder {
 impl Act<'_> {
     fn about(&self) -> About<'_> {
         self.case.about().incident(&self.inc.id)
-    }
-}
-
-/// What was observed of a restart that did not leave a running new incarnation: the call's
-/// answer and what the container looked like afterwards, for the page and the trail.
-fn restart_failure(
-    call: Result<(), crate::runtime::RuntimeError>,
-    after: Result<Option<Container>, crate::runtime::RuntimeError>,
-    decided: &Container,
-) -> String {
-    let observed = match &after {
-        Ok(Some(a)) if a.id != decided.id || a.started_at != decided.started_at => {
-            "the container started again and exited at once (it is not running)".to_string()
-        }
-        Ok(Some(_)) => "its start time did not change (it was not restarted)".to_string(),
-        Ok(None) => "the container disappeared".to_string(),
-        Err(e) => format!("it could not be inspected afterwards ({e})"),
-    };
-    match call {
-        Err(e) => format!("the restart call failed ({e}) and {observed}"),
-        Ok(()) => format!("the restart call returned, but {observed}"),
     }
 }
 

@@ -54,8 +54,7 @@ impl<'a> Pager<'a> {
         now: Millis,
     ) -> Result<bool> {
         let lease = self.ctx.cfg.safety.lock_ttl;
-        let claimed = self.alerts.claim(self.ctx.coord.as_ref(), key, now, ttl, lease).await;
-        if !claimed? {
+        if !self.alerts.claim(self.ctx.coord.as_ref(), key, now, ttl, lease).await? {
             return Ok(false);
         }
         self.remember(at, &alert);
@@ -90,8 +89,7 @@ impl<'a> Pager<'a> {
         let sent = self.page_once(key, MARK_TTL, alert.clone(), Unit::Gang, now).await;
         if sent.is_err() {
             self.remember(Unit::Gang, &alert);
-            let owed = Owed { alert, ttl: MARK_TTL, since: now, stands };
-            self.alerts.owe(key, owed);
+            self.alerts.owe(key, Owed { alert, ttl: MARK_TTL, since: now, stands });
         }
         sent
     }

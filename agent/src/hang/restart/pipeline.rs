@@ -48,8 +48,8 @@ pub(super) struct Pipeline<'a> {
 
 impl RestartPath<'_> {
     /// The pass of the pipeline for `act`, an incident of this worker's evaluation whose restart
-    /// is due at `now`.
-    pub(super) fn pipeline<'p>(&'p mut self, act: &'p Act<'p>, now: Millis) -> Pipeline<'p> {
+    /// is due (at the evaluation's clock, `Case::now`).
+    pub(super) fn pipeline<'p>(&'p mut self, act: &'p Act<'p>) -> Pipeline<'p> {
         let pager = Pager::new(self.ctx, self.alerts, &mut self.gangs.sent);
         let judge = Judge { policy: &self.ctx.cfg.policy, rhythm: self.rhythm };
         Pipeline {
@@ -59,7 +59,7 @@ impl RestartPath<'_> {
             watch: self.watch,
             judge,
             act,
-            now,
+            now: act.case.now,
             lease: None,
             call: None,
             how: Remediation::IN_PLACE,

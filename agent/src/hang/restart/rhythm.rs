@@ -26,12 +26,6 @@ pub(super) struct Judge<'p, 'r> {
 }
 
 impl<'p> Judge<'p, '_> {
-    /// The rule the worker's verdict is judged by: its learned silence, or — for a gang member
-    /// — the fixed rule (`policy_rhythm::judged_by`).
-    pub(super) fn verdict_rules(&self, status: Option<&WorkerStatus>) -> Cow<'p, PolicyConfig> {
-        policy_rhythm::judged_by(self.policy, self.rhythm, status)
-    }
-
     /// The policy the worker's own restart is judged by (`policy_rhythm::restart_policy`): the
     /// fixed rule, or the learned one the coordinator's copy of its rhythm (`marks`) allows.
     pub(super) fn restart_rules(
@@ -61,10 +55,10 @@ impl<'p> Judge<'p, '_> {
     /// A gang member's learned rule ([`Self::member_rule`]), and whether it is in trouble: its
     /// own agent suspects it, or it is silent past its learned silence (the gang may decide on
     /// that: what its controllers do must be in its entry by then).
-    pub(super) fn member_standing(&self, case: &Case<'_>, now: Millis) -> (Option<Learned>, bool) {
-        let rule = self.member_rule(case.status, case.marks, now);
+    pub(super) fn member_standing(&self, case: &Case<'_>) -> (Option<Learned>, bool) {
+        let rule = self.member_rule(case.status, case.marks, case.now);
         let hb = case.status.and_then(|s| s.heartbeat);
-        let silent = |r: Learned| hb.is_some_and(|hb| now - hb > r.silence);
+        let silent = |r: Learned| hb.is_some_and(|hb| case.now - hb > r.silence);
         let suspected = matches!(case.v, Verdict::Suspect | Verdict::Hung | Verdict::Errored);
         (rule, suspected || rule.is_some_and(silent))
     }

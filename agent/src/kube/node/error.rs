@@ -6,32 +6,23 @@
 /// Why a Node call failed, worded for the operator who has to fix it.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
-    /// The Node does not exist: `NODE_NAME` is wrong, or the Node was deleted.
+    /// The Node does not exist: `NODE_NAME` is wrong, or the Node was deleted; `op` (`get` or
+    /// `patch`) is the call that found it missing.
     #[error(
         "node {node:?} was not found by the Kubernetes API ({op}); check that NODE_NAME is this \
          machine's Node name (set it from spec.nodeName with the downward API)"
     )]
-    NotFound {
-        node: String,
-        /// `get` or `patch`: which call found it missing.
-        op: &'static str,
-    },
-    /// RBAC refused the call: the agent's ClusterRole lacks a rule.
+    NotFound { node: String, op: &'static str },
+    /// RBAC refused the call: the agent's ClusterRole lacks a rule, `verb` (`get`, `patch` or
+    /// `create`) on `resource` (`nodes` or `events`) of API `group` (`""`, core, for nodes;
+    /// `events.k8s.io` for events).
     #[error(
         "the Kubernetes API refused to {verb} {resource} (403 Forbidden): the agent's \
          ClusterRole needs the rule {{apiGroups: [\"{group}\"], resources: [\"{resource}\"], \
          verbs: [\"{verb}\"]}} (Vigil needs get and patch on nodes, and create and patch on \
          events in events.k8s.io); the server said: {message}"
     )]
-    Forbidden {
-        /// The Kubernetes verb refused: `get`, `patch` or `create`.
-        verb: &'static str,
-        /// The resource: `nodes` or `events`.
-        resource: &'static str,
-        /// The API group: `""` (core) for nodes, `events.k8s.io` for events.
-        group: &'static str,
-        message: String,
-    },
+    Forbidden { verb: &'static str, resource: &'static str, group: &'static str, message: String },
     /// Every attempt lost the race with another writer of the Node.
     #[error(
         "could not patch node {node:?}: {attempts} attempts in a row conflicted with other \
@@ -47,30 +38,16 @@ pub enum NodeError {
     NoResourceVersion { node: String },
     /// Any other answer from the API server, or the server could not be reached.
     #[error("Kubernetes API call `{verb} {resource}` for node {node:?} failed: {source}")]
-    Api {
-        verb: &'static str,
-        resource: &'static str,
-        node: String,
-        #[source]
-        source: kube::Error,
-    },
+    Api { verb: &'static str, resource: &'static str, node: String, source: kube::Error },
     /// The Node came back in a shape that could not be read as JSON.
     #[error("node {node:?} as returned by the API could not be read: {source}")]
-    Decode {
-        node: String,
-        #[source]
-        source: serde_json::Error,
-    },
+    Decode { node: String, source: serde_json::Error },
     /// No Kubernetes client could be built (no kubeconfig, not in a cluster, bad URL).
     #[error(
         "cannot build a Kubernetes client ({context}): {source}; in a cluster, check the \
          ServiceAccount token mount; outside, check KUBECONFIG"
     )]
-    Client {
-        context: String,
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
+    Client { context: String, source: Box<dyn std::error::Error + Send + Sync> },
 }
 
 impl NodeError {
@@ -130,12 +107,11 @@ impl Call {
         if let kube::Error::Api(status) = &err {
             // The code is the HTTP status kube parsed the Status body from; the reason is the
             // fallback for a body without a code.
-            let code = status.code;
-            if code == 404 || status.reason == "NotFound" {
+            if is_not_found(&err) {
                 if resource != "events" {
                     return NodeError::NotFound { node: node.to_string(), op: verb };
                 }
-            } else if code == 403 || status.reason == "Forbidden" {
+            } else if status.code == 403 || status.reason == "Forbidden" {
                 let message = status.message.clone();
                 return NodeError::Forbidden { verb, resource, group, message };
             }

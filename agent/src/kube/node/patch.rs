@@ -4,14 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use super::{NodeDesired, Taint};
 
 /// The taint as the API writes it: `value` is omitted when empty (Go's `omitempty`), so a taint
 /// we add compares equal to the same taint read back.
 fn taint_json(t: &Taint) -> Value {
-    let mut taint = serde_json::json!({ "key": t.key, "effect": t.effect });
+    let mut taint = json!({ "key": t.key, "effect": t.effect });
     if !t.value.is_empty() {
         taint["value"] = Value::String(t.value.clone());
     }
@@ -31,8 +31,8 @@ fn taint_json(t: &Taint) -> Value {
 pub(crate) fn merge_patch(node: &Value, desired: &NodeDesired) -> Option<Value> {
     let mut metadata = Map::new();
     for (key, wanted) in [("labels", &desired.labels), ("annotations", &desired.annotations)] {
-        if let Some(changes) = map_patch(node.pointer(&format!("/metadata/{key}")), wanted) {
-            metadata.insert(key.into(), Value::Object(changes));
+        if let Some(changes) = map_patch(&node["metadata"][key], wanted) {
+            metadata.insert(key.into(), changes);
         }
     }
 
@@ -43,7 +43,7 @@ pub(crate) fn merge_patch(node: &Value, desired: &NodeDesired) -> Option<Value> 
         if let Some(rv) = node.pointer("/metadata/resourceVersion") {
             metadata.insert("resourceVersion".into(), rv.clone());
         }
-        patch.insert("spec".into(), serde_json::json!({ "taints": taints }));
+        patch.insert("spec".into(), json!({ "taints": taints }));
     }
     if !metadata.is_empty() {
         patch.insert("metadata".into(), Value::Object(metadata));
@@ -51,15 +51,12 @@ pub(crate) fn merge_patch(node: &Value, desired: &NodeDesired) -> Option<Value> 
     (!patch.is_empty()).then_some(Value::Object(patch))
 }
 
-/// The entries of a label or annotation map that must change: `Some` sets, `None` removes
-/// (`null` in a merge patch). Keys not in `wanted` are never mentioned.
-fn map_patch(
-    current: Option<&Value>,
-    wanted: &BTreeMap<String, Option<String>>,
-) -> Option<Map<String, Value>> {
+/// The entries of a label or annotation map (`current`, `null` when absent) that must change:
+/// `Some` sets, `None` removes (`null` in a merge patch). Keys not in `wanted` are never mentioned.
+fn map_patch(current: &Value, wanted: &BTreeMap<String, Option<String>>) -> Option<Value> {
     let mut out = Map::new();
     for (key, want) in wanted {
-        let have = current.and_then(|m| m.get(key)).filter(|v| !v.is_null());
+        let have = current.get(key).filter(|v| !v.is_null());
         match want {
             Some(v) if have.and_then(Value::as_str) != Some(v.as_str()) => {
                 out.insert(key.clone(), Value::String(v.clone()));
@@ -70,7 +67,7 @@ fn map_patch(
             _ => {}
         }
     }
-    (!out.is_empty()).then_some(out)
+    (!out.is_empty()).then_some(Value::Object(out))
 }
 
 /// The strategic-merge patch of the Node's status that makes Vigil's conditions match `desired`,
@@ -93,7 +90,7 @@ pub(crate) fn conditions_patch(node: &Value, desired: &NodeDesired, now: &str) -
             Some(h) if same("status", status) => h["lastTransitionTime"].clone(),
             _ => Value::String(now.to_string()),
         };
-        changed.push(serde_json::json!({
+        changed.push(json!({
             "type": want.kind,
             "status": status,
             "reason": want.reason,
@@ -104,27 +101,21 @@ pub(crate) fn conditions_patch(node: &Value, desired: &NodeDesired, now: &str) -
     }
     for kind in &desired.remove_conditions {
         if current.iter().any(|c| c["type"].as_str() == Some(kind.as_str())) {
-            changed.push(serde_json::json!({ "type": kind, "$patch": "delete" }));
+            changed.push(json!({ "type": kind, "$patch": "delete" }));
         }
     }
-    (!changed.is_empty()).then(|| serde_json::json!({ "status": { "conditions": changed } }))
+    (!changed.is_empty()).then(|| json!({ "status": { "conditions": changed } }))
 }
 
 /// The whole new taint list, or `None` when it equals the current one. Taints that are not
 /// Vigil's are copied through untouched (every field, in order).
 fn taints_patch(current: Option<&Value>, desired: &NodeDesired) -> Option<Vec<Value>> {
-    fn field<'a>(t: &'a Value, name: &str) -> Option<&'a str> {
-        t.get(name).and_then(Value::as_str)
-    }
-    let matches = |t: &Value, want: &Taint| {
-        field(t, "key") == Some(want.key.as_str())
-            && field(t, "effect") == Some(want.effect.as_str())
-    };
+    let matches = |t: &Value, want: &Taint| t["key"] == want.key && t["effect"] == want.effect;
 
     let existing: Vec<Value> = current.and_then(Value::as_array).cloned().unwrap_or_default();
     let mut out: Vec<Value> = existing
         .iter()
-        .filter(|t| match field(t, "key") {
+        .filter(|t| match t["key"].as_str() {
             Some(key) if desired.remove_taints.iter().any(|r| r == key) => {
                 desired.add_taints.iter().any(|want| matches(t, want))
             }
@@ -136,7 +127,7 @@ fn taints_patch(current: Option<&Value>, desired: &NodeDesired) -> Option<Vec<Va
         match out.iter_mut().find(|t| matches(t, want)) {
             // Kubernetes allows one taint per key and effect: a different value is updated in
             // place rather than added next to it (which the API server would reject).
-            Some(t) if field(t, "value").unwrap_or("") != want.value => {
+            Some(t) if t["value"].as_str().unwrap_or("") != want.value => {
                 if let Some(obj) = t.as_object_mut() {
                     if want.value.is_empty() {
                         obj.remove("value");
@@ -191,19 +182,17 @@ pub(crate) fn cleanup_plan(
     condition_types: &[&str],
     shared_labels: &[&str],
 ) -> (Cleanup, NodeDesired) {
-    let keys = |pointer: &str| -> Vec<String> {
-        node.pointer(pointer)
-            .and_then(Value::as_object)
-            .map(|m| m.keys().filter(|k| k.starts_with(prefix)).cloned().collect())
-            .unwrap_or_default()
+    let keys = |pointer: &str| {
+        let all = node.pointer(pointer).and_then(Value::as_object).into_iter().flat_map(Map::keys);
+        let mut ours: Vec<String> = all.filter(|k| k.starts_with(prefix)).cloned().collect();
+        ours.sort();
+        ours
     };
-    let mut labels = keys("/metadata/labels");
-    labels.sort();
-    let mut annotations = keys("/metadata/annotations");
-    annotations.sort();
+    let labels = keys("/metadata/labels");
+    let annotations = keys("/metadata/annotations");
     let taints = taints_of(node, taint_keys);
     let conditions: Vec<String> = items(node, "/status/conditions")
-        .filter_map(|c| c.get("type").and_then(Value::as_str))
+        .filter_map(|c| c["type"].as_str())
         .filter(|kind| condition_types.contains(kind))
         .map(str::to_string)
         .collect();
@@ -228,12 +217,9 @@ pub(crate) fn cleanup_plan(
 fn taints_of(node: &Value, taint_keys: &[String]) -> Vec<String> {
     items(node, "/spec/taints")
         .filter_map(|t| {
-            let key = t.get("key").and_then(Value::as_str)?;
-            if !taint_keys.iter().any(|k| k == key) {
-                return None;
-            }
-            let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
-            Some(match t.get("value").and_then(Value::as_str) {
+            let key = t["key"].as_str().filter(|key| taint_keys.iter().any(|k| k == key))?;
+            let effect = t["effect"].as_str().unwrap_or("");
+            Some(match t["value"].as_str() {
                 Some(v) if !v.is_empty() => format!("{key}={v}:{effect}"),
                 _ => format!("{key}:{effect}"),
             })
@@ -249,9 +235,8 @@ fn items<'a>(node: &'a Value, pointer: &str) -> impl Iterator<Item = &'a Value> 
 /// The strategic-merge patch of the Node's status that deletes the conditions of these types,
 /// and only those (`$patch: delete` on the element with that merge key), or `None` for none.
 pub(crate) fn delete_conditions_patch(types: &[String]) -> Option<Value> {
-    let items: Vec<Value> =
-        types.iter().map(|t| serde_json::json!({ "type": t, "$patch": "delete" })).collect();
-    (!items.is_empty()).then(|| serde_json::json!({ "status": { "conditions": items } }))
+    let items: Vec<_> = types.iter().map(|t| json!({ "type": t, "$patch": "delete" })).collect();
+    (!items.is_empty()).then(|| json!({ "status": { "conditions": items } }))
 }
 
 #[cfg(test)]

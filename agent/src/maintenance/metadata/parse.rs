@@ -88,11 +88,10 @@ pub(crate) fn parse_upcoming(body: &str) -> Result<Option<UpcomingMaintenance>, 
     let bad = |detail: String| MetadataError::malformed(UPCOMING_MAINTENANCE_PATH, detail);
     let wire: UpcomingWire =
         serde_json::from_str(text).map_err(|e| bad(format!("{e}: {:?}", snippet(text))))?;
-    if let Some(err) = &wire.error {
-        if err.contains(NO_NOTIFICATIONS) {
-            return Ok(None);
-        }
-        return Err(bad(format!("server reported an error: {:?}", snippet(err))));
+    match &wire.error {
+        Some(err) if err.contains(NO_NOTIFICATIONS) => return Ok(None),
+        Some(err) => return Err(bad(format!("server reported an error: {:?}", snippet(err)))),
+        None => {}
     }
     let Some(status) = wire.maintenance_status else {
         let nothing = wire.other.is_empty()

@@ -221,9 +221,7 @@ async fn key_loop(ctx: &Ctx, key: Key, mut pending: Option<Answer>) -> Option<()
         blind(ctx, key, &res);
         let delay = match res {
             Ok(fetched) => state.on_read(ctx, fetched, started),
-            Err(e) if nothing_scheduled(key, &e) => {
-                state.on_read(ctx, Fetched { value: String::new(), etag: None }, started)
-            }
+            Err(e) if nothing_scheduled(key, &e) => state.on_read(ctx, Fetched::default(), started),
             Err(e) => state.on_error(ctx, &e),
         };
         if !delay.is_zero() {

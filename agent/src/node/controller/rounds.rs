@@ -77,8 +77,7 @@ impl Controller {
             OnSigterm::Never => None,
             OnSigterm::Always => Some("checkpoint.on_sigterm = always".to_string()),
             OnSigterm::NodeGoingAway => {
-                let info = self.fresh_node().await;
-                going_away(self.state.phase, info.as_ref())
+                going_away(self.state.phase, self.fresh_node().await.as_ref())
             }
         };
         match why {
@@ -90,10 +89,8 @@ impl Controller {
                 self.checkpoint("agent-sigterm", budget).await;
             }
             _ => {
-                let detail = format!(
-                    "no checkpoint asked: the node is not going away (checkpoint.on_sigterm = {}; a rollout leaves the workers running)",
-                    on_sigterm.as_str()
-                );
+                let setting = on_sigterm.as_str();
+                let detail = format!("no checkpoint asked: the node is not going away (checkpoint.on_sigterm = {setting}; a rollout leaves the workers running)");
                 self.note(Code::AgentStopping, detail).await;
             }
         }
@@ -112,16 +109,14 @@ impl Controller {
         rounds.abort_all();
         tracing::error!("the checkpoint round under way did not finish before the grace period: recording it as cut short");
         let grace = self.cfg.checkpoint.grace;
+        let reserve = RECORD_RESERVE.as_secs();
+        let grace_text = humantime::format_duration(grace);
         let cut = WorkerResult {
             worker: "*".into(),
             method: "none",
             outcome: Outcome::TimedOut,
             waited: grace.saturating_sub(RECORD_RESERVE),
-            detail: format!(
-                "the round under way was cut short {}s before checkpoint.grace ({}) ended",
-                RECORD_RESERVE.as_secs(),
-                humantime::format_duration(grace)
-            ),
+            detail: format!("the round under way was cut short {reserve}s before checkpoint.grace ({grace_text}) ended"),
         };
         self.record_round("sigterm-cut-short", &[cut]).await;
     }
