@@ -28,10 +28,7 @@ pub fn clock_ms() -> i64 {
 
 /// The names in `dir` (those that are not UTF-8 left out).
 pub(crate) fn names(dir: &std::path::Path) -> std::io::Result<Vec<String>> {
-    Ok(std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .collect())
+    Ok(std::fs::read_dir(dir)?.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
 }
 
 /// `name` is `prefix` then a number (`nvidia0`, `accel3`; `12` for an empty prefix).

@@ -8,13 +8,11 @@ use crate::vocab::node::truncate;
 
 /// The PagerDuty `dedup_key` of an alert: its incident, else node, worker and kind.
 pub(crate) fn dedup_key(alert: &Alert) -> String {
-    match &alert.incident {
-        Some(i) => format!("vigil/{i}"),
-        None => {
-            let worker = alert.worker.as_deref().unwrap_or("-");
-            format!("vigil/{}/{worker}/{}", alert.node, alert.kind.as_str())
-        }
+    if let Some(i) = &alert.incident {
+        return format!("vigil/{i}");
     }
+    let worker = alert.worker.as_deref().unwrap_or("-");
+    format!("vigil/{}/{worker}/{}", alert.node, alert.kind.as_str())
 }
 
 /// A PagerDuty Events API v2 event that triggers (or updates) the alert's incident.

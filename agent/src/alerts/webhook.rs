@@ -50,11 +50,8 @@ impl WebhookSink {
 
     /// Extra headers on every request (their values are never shown). An invalid one is left
     /// out (the config's validation names it first).
-    pub fn with_headers<'a>(
-        mut self,
-        headers: impl IntoIterator<Item = (&'a str, &'a str)>,
-    ) -> Self {
-        for (name, value) in headers {
+    pub fn with_headers<'a>(mut self, extra: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        for (name, value) in extra {
             let header = HeaderName::from_bytes(name.as_bytes());
             if let (Ok(n), Ok(mut v)) = (header, HeaderValue::from_str(value)) {
                 v.set_sensitive(true);

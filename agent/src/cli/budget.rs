@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::kube::node_source::{KubeNodeReader, NodeReader};
-use crate::kube::pods::{KubePods, NodePod, PodApi, PodError};
+use crate::kube::pods::{KubePods, NodePod, PodError};
 use crate::maintenance::policy_budget::{budget_shortfalls, Shortfall, WorkerPod};
 use crate::vocab::node_info::Provisioning;
 
@@ -49,8 +49,7 @@ async fn provisioning(cfg: &Config, node: &str) -> Option<Provisioning> {
 }
 
 async fn worker_pods(cfg: &Config, node: &str) -> Result<Vec<WorkerPod>, PodError> {
-    let api = KubePods::connect(&cfg.kubernetes.api_url).await?;
-    let pods = api.node_pods(node).await?;
+    let pods = KubePods::list_node(&cfg.kubernetes.api_url, node).await?;
     let worker = |p: &NodePod| WorkerPod { pod: p.display(), grace: p.grace, critical: p.critical };
     Ok(pods.iter().filter(|p| p.is_worker(&cfg.runtime.worker_label)).map(worker).collect())
 }

@@ -4,7 +4,7 @@
 
 use super::check::Check;
 use crate::config::{Config, Switch};
-use crate::kube::pods::{KubePods, PodApi};
+use crate::kube::pods::KubePods;
 
 /// One line per witness; none when opportunistic maintenance is off.
 pub(super) async fn checks(cfg: &Config) -> Vec<Check> {
@@ -26,11 +26,7 @@ async fn pods(cfg: &Config) -> Check {
     if !cfg.kubernetes_on() {
         return Check::ok("idle:pods", "not on Kubernetes: not a witness");
     }
-    let listed = match KubePods::connect(&cfg.kubernetes.api_url).await {
-        Ok(api) => api.node_pods(&cfg.node_name).await,
-        Err(e) => Err(e.into()),
-    };
-    match listed {
+    match KubePods::list_node(&cfg.kubernetes.api_url, &cfg.node_name).await {
         Ok(pods) => {
             let held = pods.iter().filter(|p| p.accelerators && !p.terminal());
             let held = joined(held.map(|p| p.display()));
@@ -44,10 +40,8 @@ async fn pods(cfg: &Config) -> Check {
 
 async fn pod_resources(cfg: &Config) -> Check {
     let src = crate::runtime::devices(cfg).filter(|_| cfg.kubernetes_on());
-    let Some(src) = src else {
-        let why = "not a witness (not on Kubernetes, or runtime.pod_resources_socket = \"\")";
-        return Check::ok("idle:pod-res", why);
-    };
+    let why = "not a witness (not on Kubernetes, or runtime.pod_resources_socket = \"\")";
+    let Some(src) = src else { return Check::ok("idle:pod-res", why) };
     match src.gpus().await {
         Ok(g) => {
             let held = joined(g.holders().iter().map(|(ns, p)| format!("{ns}/{p}")));

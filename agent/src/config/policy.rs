@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{at_least_a_second, bad, bad_if, ConfigError};
+use super::{at_least_a_second, bad_if, ConfigError};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
 #[educe(Default)]
@@ -101,9 +101,8 @@ impl PolicyConfig {
         let why = "must be shorter than policy.stale_after";
         bad_if(self.confirm_after >= self.stale_after, "policy.confirm_after", why)?;
         let l = &self.learned;
-        if !(l.multiplier.is_finite() && l.multiplier >= 1.5) {
-            return bad("policy.learned.multiplier", "must be at least 1.5");
-        }
+        let unusable = !(l.multiplier.is_finite() && l.multiplier >= 1.5);
+        bad_if(unusable, "policy.learned.multiplier", "must be at least 1.5")?;
         let why = "must be above 0.5 and at most 1";
         bad_if(!(l.quantile > 0.5 && l.quantile <= 1.0), "policy.learned.quantile", why)?;
         at_least_a_second("policy.learned.floor", l.floor)?;

@@ -79,17 +79,15 @@ impl RedisUrls {
 impl RedisConfig {
     /// Keys that fit in a hash tag, URLs the mode can use, and the mode's own settings.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.key_prefix.is_empty() || self.key_prefix.contains(['{', '}', ':']) {
-            return bad("redis.key_prefix", "must be non-empty without braces or colons");
-        }
+        let unfit = self.key_prefix.is_empty() || self.key_prefix.contains(['{', '}', ':']);
+        bad_if(unfit, "redis.key_prefix", "must be non-empty without braces or colons")?;
         self.validate_urls()?;
         let why =
             "is empty: name the master the Sentinels monitor (as in `sentinel monitor NAME ...`)";
         let unnamed = self.mode == RedisMode::Sentinel && self.sentinel_service.trim().is_empty();
         bad_if(unnamed, "redis.sentinel_service", why)?;
-        if !self.ca_file.is_empty() && !self.url.expose().starts_with("rediss://") {
-            return bad("redis.ca_file", "is only used with a rediss:// (TLS) redis.url");
-        }
+        let without_tls = !self.ca_file.is_empty() && !self.url.expose().starts_with("rediss://");
+        bad_if(without_tls, "redis.ca_file", "is only used with a rediss:// (TLS) redis.url")?;
         let why = "is not used with redis.mode = sentinel (the Sentinels and the master are verified against the system's roots): remove it, or use a certificate those roots sign";
         bad_if(!self.ca_file.is_empty() && self.mode == RedisMode::Sentinel, "redis.ca_file", why)?;
         bad_if(self.trail_max_len == 0, "redis.trail_max_len", "must be at least 1")

@@ -23,10 +23,7 @@ pub(super) mod listen {
         v: &Option<SocketAddr>,
         s: S,
     ) -> Result<S::Ok, S::Error> {
-        match v {
-            Some(a) => s.collect_str(a),
-            None => s.serialize_str(""),
-        }
+        s.serialize_str(&v.map(|a| a.to_string()).unwrap_or_default())
     }
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{at_least_a_second, bad, bad_if, ConfigError, Switch};
+use super::{at_least_a_second, bad_if, ConfigError, Switch};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
 #[educe(Default)]
@@ -43,9 +43,8 @@ impl TpuConfig {
         for (key, dir) in [("tpu.device_dir", &self.device_dir), ("tpu.sys_dir", &self.sys_dir)] {
             bad_if(!dir.starts_with('/'), key, "must be an absolute path")?;
         }
-        if !self.kernel_log.is_empty() && !self.kernel_log.starts_with('/') {
-            return bad("tpu.kernel_log", "must be an absolute path, or empty for off");
-        }
+        let relative = !self.kernel_log.is_empty() && !self.kernel_log.starts_with('/');
+        bad_if(relative, "tpu.kernel_log", "must be an absolute path, or empty for off")?;
         at_least_a_second("tpu.sample_interval", self.sample_interval)?;
         let why = "must be at least tpu.sample_interval";
         bad_if(self.error_window < self.sample_interval, "tpu.error_window", why)

@@ -151,7 +151,7 @@ keys! {
     /// whole gang; a notice meanwhile on another member's node joins it.
     pub gang_checkpoint(gang: &str) => f "gang:{{{gang}}}:checkpoint";
     /// The last checkpoint drills run from this node (hash: target → JSON
-    /// `crate::maintenance::model_round::DrillResult`), exported by this node's agent as
+    /// `crate::vocab::maintenance::DrillResult`), exported by this node's agent as
     /// `vigil_checkpoint_drill_seconds` and `vigil_checkpoint_drill_fits`.
     pub drills() => n "drills";
     /// Fleet budget-exhausted alert de-duplication for one window.

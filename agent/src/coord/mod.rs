@@ -370,11 +370,6 @@ impl<'a> dyn Coordinator + 'a {
     pub async fn counter(&self, key: &str) -> Result<u64> {
         Ok(self.batch(&[Op::Counter { key: key.into() }]).await?.first().copied().unwrap_or(0))
     }
-
-    /// Cheap liveness check for `/readyz`.
-    pub(crate) async fn ping(&self) -> Result<()> {
-        self.time().await.map(|_| ())
-    }
 }
 
 /// [`Request::ReadWorkers`] built from the single requests (the clock, then a record and its

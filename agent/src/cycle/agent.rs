@@ -17,6 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::accel::gpu::model::GpuReport;
@@ -29,7 +30,7 @@ use crate::coord::{CoordError, Coordinator, Keys, Tally, WorkerRead};
 use crate::fleet::heartbeat::{Cycle, SharedRecord};
 use crate::hang::context::Context;
 use crate::hang::journal::{About, Journal};
-use crate::hang::marks;
+use crate::hang::marks::{self, worker_read_keys};
 use crate::hang::outage::Outages;
 use crate::hang::policy::{NodeContext, Verdict};
 use crate::hang::policy_rhythm::Rhythm;
@@ -96,7 +97,7 @@ const PREFETCH_FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(1
 struct Prefetch {
     reads: HashMap<String, WorkerRead>,
     requests: u64,
-    at: tokio::time::Instant,
+    at: Instant,
 }
 
 impl Prefetch {
@@ -232,7 +233,7 @@ impl Agent {
 
     /// One evaluation cycle over every opted-in worker of this node.
     pub async fn cycle(&mut self) -> CycleReport {
-        let started = tokio::time::Instant::now();
+        let started = Instant::now();
         let mut report = CycleReport::default();
         self.health.beat().await;
         // A SIGHUP's configuration (see `reload::merge`: some keys keep their running values).
@@ -246,18 +247,10 @@ impl Agent {
         if let Some(rx) = &self.watch.gpu {
             self.gpu = rx.borrow().clone();
         }
+        // NB: the coordinator counts as back only after a whole cycle, writes included: a
+        // read-only replica answers reads, and must not look healthy.
         let wrote = match self.evaluate_all(&mut report).await {
-            Ok(true) => {
-                self.show_slow();
-                self.send_owed().await;
-                self.alerts.settle(self.ctx.coord.as_ref()).await;
-                self.ctx.metrics.cycle.observe(started.elapsed().as_secs_f64());
-                self.cycle.verdicts =
-                    report.verdicts.iter().map(|(w, v)| (w.clone(), v.as_str().into())).collect();
-                // NB: the coordinator counts as back only after a whole cycle, writes included:
-                // a read-only replica answers reads, and must not look healthy.
-                self.publish().await
-            }
+            Ok(true) => self.finish_cycle(&report, started).await,
             Ok(false) => self.republish().await,
             Err(e) => Err(e),
         };
@@ -284,31 +277,16 @@ impl Agent {
         let mut rec = self.cycle.record(&self.ctx, &self.watch, &self.gpu);
         // NB: since when: this agent's own count (never its last record's: an outage that
         // ended may still be in it until its next publication), or a predecessor's.
-        let (shown, was) = match self.record.last().await {
-            Some(shown) => (Some(shown), None),
-            None => {
-                let kept = self.ctx.coord.hgetall(&self.ctx.keys.agent()).await?;
-                let kept = crate::fleet::view::NodeRecord::from_fields(&kept);
-                let was = kept.as_ref().and_then(|k| k.runtime_down);
-                (kept, was)
-            }
-        };
+        let last = self.record.last().await;
+        let kept = if last.is_none() { kept_record(&self.ctx).await? } else { None };
+        let was = kept.as_ref().and_then(|k| k.runtime_down);
         rec.runtime_down = Some(self.outages.runtime_down_since(was, self.cycle.now));
-        if let Some(shown) = shown {
+        if let Some(shown) = last.or(kept) {
             (rec.workers, rec.places, rec.gangs) = (shown.workers, shown.places, shown.gangs);
         }
         let (ttl, coord) = (self.ctx.cfg.fleet.heartbeat_ttl, self.ctx.coord.as_ref());
         let write = crate::fleet::view::publish(coord, &self.ctx.keys, &rec, ttl);
         self.record.publish(&rec, write).await
-    }
-
-    /// The pages whose claim got no answer in an earlier cycle, sent once their claim is won
-    /// (`AlertGate::owed`).
-    async fn send_owed(&mut self) {
-        let lease = self.ctx.cfg.safety.lock_ttl;
-        for alert in self.alerts.owed(self.ctx.coord.as_ref(), self.cycle.now, lease).await {
-            self.ctx.notifier.send(&alert).await;
-        }
     }
 
     /// Evaluate every worker; `Ok(false)` when the runtime could not list them.
@@ -335,9 +313,8 @@ impl Agent {
         let mut prefetch = self.read_node(&groups).await?;
         let now = self.cycle.now;
         let host = if self.ctx.cfg.gang.pace.enabled { self.host.signals(now) } else { Vec::new() };
-        let mut present: HashSet<String> = HashSet::new();
+        let present: HashSet<String> = groups.keys().cloned().collect();
         for (worker, list) in groups {
-            present.insert(worker.clone());
             if list.len() > 1 {
                 let (journal, alerts) = (&mut self.journal, &mut self.alerts);
                 self.roster.ambiguous(&self.ctx, journal, alerts, &worker, &list, now).await?;
@@ -362,10 +339,11 @@ impl Agent {
     async fn read_node(&mut self, groups: &ByWorker) -> Result<Prefetch, CoordError> {
         let single: Vec<&str> =
             groups.iter().filter(|(_, list)| list.len() == 1).map(|(w, _)| w.as_str()).collect();
-        let read = marks::read_node(self.ctx.coord.as_ref(), &self.ctx.keys, &single).await?;
+        let asked: Vec<_> = single.iter().map(|w| worker_read_keys(&self.ctx.keys, w)).collect();
+        let read = self.ctx.coord.read_workers(&asked).await?;
         self.cycle.now = read.now;
         let reads = single.iter().map(|w| w.to_string()).zip(read.workers).collect();
-        Ok(Prefetch { reads, requests: self.tally.requests(), at: tokio::time::Instant::now() })
+        Ok(Prefetch { reads, requests: self.tally.requests(), at: Instant::now() })
     }
 
     /// Tell the node controller which slow gangs name a member of this node (`VigilSlow`), when
@@ -402,8 +380,10 @@ impl Agent {
         // Each worker may run the restart pipeline (minutes at worst): the loop is alive.
         self.health.beat().await;
         let gpus = c.gpus.as_deref();
+        // NB: its own statement: the facts' read lock ends here, before the GPU and TPU reads.
+        let in_maintenance = self.watch.read_facts().stands_down(now, &self.ctx.cfg.metadata);
         let node = NodeContext {
-            in_maintenance: self.watch.stands_down_at(now, &self.ctx.cfg.metadata),
+            in_maintenance,
             gpu_failed: self.gpu.failures_known()
                 && gpu_policy::worker_on_failed_gpu(&self.gpu, gpus),
             tpu_failed: self.watch.tpu_failed(),
@@ -438,17 +418,32 @@ impl Agent {
         if self.lost_seeded {
             return Ok(());
         }
-        let kept = self.ctx.coord.hgetall(&self.ctx.keys.agent()).await?;
-        if let Some(rec) = crate::fleet::view::NodeRecord::from_fields(&kept) {
+        if let Some(rec) = kept_record(&self.ctx).await? {
             self.ctx.metrics.lost.seed(&rec.lost_hours, now);
         }
         self.lost_seeded = true;
         Ok(())
     }
 
-    /// Publish this node's record for the fleet view with the cycle's writes (see
-    /// [`Cycle::publish`]).
-    async fn publish(&mut self) -> Result<(), CoordError> {
+    /// The end of a cycle that listed its workers: the slow gangs shown, the pages owed sent,
+    /// the alerts' claims settled, and this node's record published for the fleet view with the
+    /// cycle's writes (see [`Cycle::publish`]).
+    async fn finish_cycle(
+        &mut self,
+        report: &CycleReport,
+        started: Instant,
+    ) -> Result<(), CoordError> {
+        self.show_slow();
+        // The pages whose claim got no answer in an earlier cycle, sent once their claim is won
+        // (`AlertGate::owed`).
+        let (lease, coord) = (self.ctx.cfg.safety.lock_ttl, self.ctx.coord.as_ref());
+        for alert in self.alerts.owed(coord, self.cycle.now, lease).await {
+            self.ctx.notifier.send(&alert).await;
+        }
+        self.alerts.settle(coord).await;
+        self.ctx.metrics.cycle.observe(started.elapsed().as_secs_f64());
+        self.cycle.verdicts =
+            report.verdicts.iter().map(|(w, v)| (w.clone(), v.as_str().into())).collect();
         self.seed_lost(self.cycle.now).await?;
         let rec = self.cycle.record(&self.ctx, &self.watch, &self.gpu);
         self.cycle.publish(&self.ctx, rec, &self.record).await
@@ -491,4 +486,10 @@ impl Agent {
         let about = About::worker("-", Verdict::Healthy);
         let _ = self.journal.note(now, about, Code::AgentStarted, detail).await;
     }
+}
+
+/// The node's record as the coordinator keeps it: this agent's last, or its predecessor's.
+async fn kept_record(ctx: &Context) -> Result<Option<crate::fleet::view::NodeRecord>, CoordError> {
+    let fields = ctx.coord.hgetall(&ctx.keys.agent()).await?;
+    Ok(crate::fleet::view::NodeRecord::from_fields(&fields))
 }

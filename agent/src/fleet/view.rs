@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::clock::{human, ms, Millis};
 use crate::coord::{Coordinator, Keys, Op, Result};
-use crate::fleet::gangs;
+use crate::fleet::{gangs, lost};
 use crate::hang::policy_gang::Timing;
 
 /// Index entries older than this are pruned (a node gone for a day is forgotten).
@@ -193,10 +193,8 @@ pub(crate) type Places = BTreeMap<String, (String, String)>;
 pub(crate) async fn read(coord: &dyn Coordinator, prefix: &str) -> Result<(Vec<NodeView>, Places)> {
     let fleet = Keys::new(prefix, "-");
     let placed = coord.hgetall(&fleet.fleet_slices()).await?;
-    let last_slice: Places = placed
-        .into_iter()
-        .filter_map(|(node, v)| Some((node, serde_json::from_str::<(String, String)>(&v).ok()?)))
-        .collect();
+    let place = |(node, v): (String, String)| Some((node, serde_json::from_str(&v).ok()?));
+    let last_slice: Places = placed.into_iter().filter_map(place).collect();
     let members = coord.index_members(&fleet.fleet_nodes()).await?;
     let record_keys: Vec<String> =
         members.iter().map(|(node, _)| Keys::new(prefix, node).agent()).collect();
@@ -237,16 +235,14 @@ pub(crate) async fn report(
     let records = || views.iter().filter_map(|v| v.record.as_ref());
     let tags = records().flat_map(|r| r.gangs.values().cloned());
     let gangs = gangs::views(coord, prefix, timing, tags, now).await?;
-    let lost = crate::fleet::lost::by_pool(records().map(|r| (r.pool.as_str(), &r.lost)));
+    let lost_by_pool = lost::by_pool(records().map(|r| (r.pool.as_str(), &r.lost)));
     Ok(if json {
         let body = serde_json::json!({
-            "at": now, "nodes": views, "slices": slices, "gangs": gangs, "lost": lost
+            "at": now, "nodes": views, "slices": slices, "gangs": gangs, "lost": lost_by_pool
         });
         format!("{}\n", serde_json::to_string_pretty(&body).unwrap_or_default())
     } else {
-        render(&views, &slices, now)
-            + &crate::fleet::lost::render(&lost)
-            + &gangs::render(&gangs, now)
+        render(&views, &slices, now) + &lost::render(&lost_by_pool) + &gangs::render(&gangs, now)
     })
 }
 

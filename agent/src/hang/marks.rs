@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::clock::{Millis, Stamp};
-use crate::coord::{Coordinator, Keys, NodeRead, Result, WorkerKeys, WorkerRead};
+use crate::coord::{Coordinator, Keys, Result, WorkerKeys, WorkerRead};
 use crate::hang::model::{Episode, Fruitless, Incident, Marks, Retry};
 use crate::hang::model_rhythm::History;
 use crate::hang::policy_life::Claim;
@@ -72,16 +72,10 @@ pub fn worker_keys(k: &Keys, worker: &str) -> Vec<String> {
     Slot::VARIANTS.iter().map(|s| s.key(k, worker)).chain(episodes).collect()
 }
 
-/// What one worker's read asks for: its record and its marks.
+/// What one worker's read asks for: its record and its marks (the cycle's read of its node asks
+/// this of every unambiguous worker, in one round trip: `crate::cycle::agent`).
 pub fn worker_read_keys(k: &Keys, worker: &str) -> WorkerKeys {
     WorkerKeys { record: k.status(worker), keys: worker_keys(k, worker) }
-}
-
-/// The clock and the record and marks of every worker of `ids`, in one round trip: the cycle's
-/// read of its node, whatever the number of workers.
-pub(crate) async fn read_node(coord: &dyn Coordinator, k: &Keys, ids: &[&str]) -> Result<NodeRead> {
-    let asked: Vec<WorkerKeys> = ids.iter().map(|w| worker_read_keys(k, w)).collect();
-    coord.read_workers(&asked).await
 }
 
 /// The clock, the record and every mark of one worker, in one round trip (a worker read again

@@ -8,7 +8,7 @@
 //! pipeline's steps and what follows each: one state machine), `policy_rhythm` (each worker's
 //! learned silence), `policy_pace` (a gang member's pace: fail-slow), `policy_lost` (the time an incident lost), `policy_table` (the verdict →
 //! action table `vigil policy` prints), `model_rhythm` (a worker's learned silences as the coordinator keeps them), `model_gang` and `policy_gang` (a distributed job's
-//! collective: its fleet view, its verdict, one decision for every rank; `policy_gang_learned` its
+//! collective: its fleet view, its verdict, one decision for every rank, and its
 //! learned evidence). The node's cycle
 //! (`crate::cycle::agent`) takes the workers from the `roster` and hands each to `restart`
 //! (`RestartPath`: incident, command, limits, outcome) with the shared `context`; `stand_down`
@@ -30,7 +30,6 @@ pub mod policy;
 pub(crate) mod policy_due;
 pub(crate) mod policy_fruitless;
 pub mod policy_gang;
-pub(crate) mod policy_gang_learned;
 pub(crate) mod policy_life;
 pub(crate) mod policy_lost;
 pub(crate) mod policy_membership;

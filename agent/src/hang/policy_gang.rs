@@ -1,7 +1,9 @@
 //! The gang's decisions (pure): from the members' entries in the gang's fleet view and the
 //! gang's shared state, on the coordinator's clock — is the collective hung, who stopped first,
 //! what blocks a restart of every rank, whether the incident is over, and what this member's
-//! agent does now. The executor is `crate::hang::restart::gang`.
+//! agent does now; and its learned evidence: whether every member is silent past the silence its
+//! own agent learned of its rhythm (`crate::hang::policy_rhythm`, the rule in its entry:
+//! `Member::learned`). The executor is `crate::hang::restart::gang`.
 //!
 //! NB: a collective stops as a whole: when one rank stalls (NCCL, a bad GPU), every other rank
 //! blocks in the next all-reduce within seconds. So the gang is *hung* only when a member is
@@ -16,7 +18,6 @@ use crate::clock::{human, ms, Millis};
 use crate::config::{Config, GangAction, StragglerAction};
 use crate::hang::model_gang::{Activity, Decision, GangState, Member};
 use crate::hang::policy::Verdict;
-pub(crate) use crate::hang::policy_gang_learned::{learned_stop, past_rhythm};
 use crate::hang::policy_life::Stage;
 
 /// The durations the gang's rules use, from the configuration (and the one count: how many
@@ -102,6 +103,37 @@ pub(crate) fn progressing(m: &Member, now: Millis) -> bool {
 /// holds a learned rule for it, within that too.
 fn moving(m: &Member, now: Millis) -> bool {
     progressing(m, now) && past_rhythm(m) != Some(true)
+}
+
+/// Silent past the silence learned of its rhythm, as its own agent saw it at its last look
+/// (`at`); `None` without a learned rule.
+///
+/// NB: as its own agent saw it, not as `now` says: another agent's entry is as of its own look,
+/// up to a poll old, and a learned silence may be shorter than a poll, so a member beating on
+/// would read as silent.
+pub(crate) fn past_rhythm(m: &Member) -> Option<bool> {
+    let l = m.learned?;
+    Some(m.heartbeat.is_some_and(|hb| m.at - hb > l.silence))
+}
+
+/// The collective's learned evidence: every member's agent holds a learned rule for it
+/// (`Member::learned`: from the coordinator's copy of its rhythm, learned long enough), every
+/// member is a working one its agent calls healthy, suspect or hung, and every one is silent
+/// past its learned silence as its own agent saw it — each far past its own rhythm. Then when
+/// the last of them passed it and the longest of their waits: `Some((since, wait))`. `None`
+/// (one member without a learned rule — too few samples, a new workload, an agent restarted,
+/// learning off on its node, an agent too old to say — or one within its silence): the fixed
+/// rule alone.
+pub(crate) fn learned_stop(members: &[Member]) -> Option<(Millis, Millis)> {
+    let (mut since, mut wait) = (Millis::MIN, 0);
+    for m in members {
+        let ordinary = matches!(m.verdict, Verdict::Healthy | Verdict::Suspect | Verdict::Hung);
+        let shown = (m.learned, m.heartbeat, ordinary, m.activity, past_rhythm(m));
+        let (Some(l), Some(hb), true, Activity::Working, Some(true)) = shown else { return None };
+        since = since.max(hb + l.silence);
+        wait = wait.max(l.wait);
+    }
+    (!members.is_empty()).then_some((since, wait))
 }
 
 /// The entries that still stand for members (written within `gone_after`), in id order.
@@ -223,9 +255,7 @@ fn mixed_restarts(members: &[Member]) -> Option<String> {
     }
     let said = ways.iter().map(|(way, ids)| format!("{way}: {}", ids.join(", ")));
     let said = said.collect::<Vec<_>>().join("; ");
-    Some(format!(
-        "the members are restarted different ways by their controllers ({said}): one decision cannot restart them all"
-    ))
+    Some(format!("the members are restarted different ways by their controllers ({said}): one decision cannot restart them all"))
 }
 
 /// Why the gang cannot be restarted as a whole now: each member whose node cannot take part,
@@ -239,18 +269,18 @@ pub(crate) fn blockers(
     let mut why = Vec::new();
     let have = members.len() as u32;
     if let Some(n) = size.filter(|n| have < *n) {
+        let missing = n - have;
         why.push(format!(
-            "{} of {n} members missing (only {have} report; a missing member is never guessed)",
-            n - have
+            "{missing} of {n} members missing (only {have} report; a missing member is never guessed)"
         ));
     }
     // NB: one decision key for agents in both modes would restart for real on an observing
     // agent's decision (no unit taken), or leave the observing agents' members out.
     if members.iter().any(|m| m.dry_run) && members.iter().any(|m| !m.dry_run) {
         let observing: Vec<String> = members.iter().filter(|m| m.dry_run).map(Member::id).collect();
+        let observing = observing.join(", ");
         why.push(format!(
-            "the members' agents disagree on observe mode (dry_run on {}): one mode for the whole gang",
-            observing.join(", ")
+            "the members' agents disagree on observe mode (dry_run on {observing}): one mode for the whole gang"
         ));
     }
     why.extend(mixed_restarts(members));

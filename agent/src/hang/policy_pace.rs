@@ -297,9 +297,7 @@ fn computes_longest(members: &[Member]) -> Option<(&Member, u32, String)> {
     // NB: it must stand alone: among thousands of ranks the largest of one sample each is
     // routinely a fifth above the median; the one the others wait for is far above the next.
     let alone = top - second >= (top - median) / 2;
-    let why = format!(
-        "it computes {top} ms before each collective, the others {median} ms (median): they wait for it"
-    );
+    let why = format!("it computes {top} ms before each collective, the others {median} ms (median): they wait for it");
     (top * 5 >= median * 6 && top - median >= 20 && alone).then_some((m, 2, why))
 }
 

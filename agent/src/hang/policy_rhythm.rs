@@ -41,7 +41,7 @@
 //!
 //! A gang member is judged by the fixed rule for its own verdict; the learned rule its agent
 //! holds for it ([`learned_rule`]) rides in its entry of the gang's view, and the gang restarts
-//! on it only when every member's entry carries one (`crate::hang::policy_gang_learned`).
+//! on it only when every member's entry carries one (`crate::hang::policy_gang::learned_stop`).
 
 use std::borrow::Cow;
 use std::time::Duration;

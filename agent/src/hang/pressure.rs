@@ -59,29 +59,24 @@ impl HostPressure {
                 out.push(format!("host {what} pressure {v:.0} % (PSI some avg60)"));
             }
         }
-        match read("stat").and_then(|t| cpu_times(&t)) {
-            Some(t) => self.follow_steal(t, now),
-            // NB: a reading that cannot be renewed is no evidence any more.
-            None => (self.mark, self.steal) = (None, None),
-        }
-        if let Some(s) = self.steal.filter(|s| *s >= STEAL) {
-            out.push(format!("host CPU steal {s:.0} % over the last minute"));
-        }
-        out
-    }
-
-    /// A new measure of steal once `STEAL_SPAN` has passed since the last.
-    fn follow_steal(&mut self, t: CpuTimes, now: Millis) {
-        match self.mark {
-            Some((at, m)) if now - at >= STEAL_SPAN => {
+        // A new measure of steal once `STEAL_SPAN` has passed since the last (the mark set when
+        // there is none or it is from the future, both cleared when /proc/stat is unreadable).
+        match (read("stat").and_then(|t| cpu_times(&t)), self.mark) {
+            (Some(t), Some((at, m))) if now - at >= STEAL_SPAN => {
                 let total = t.total.saturating_sub(m.total);
                 let steal = t.steal.saturating_sub(m.steal);
                 self.steal = (total >= STEAL_TICKS).then(|| 100.0 * steal as f64 / total as f64);
                 self.mark = Some((now, t));
             }
-            Some((at, _)) if now >= at => {}
-            _ => self.mark = Some((now, t)),
+            (Some(_), Some((at, _))) if now >= at => {}
+            (Some(t), _) => self.mark = Some((now, t)),
+            // NB: a reading that cannot be renewed is no evidence any more.
+            (None, _) => (self.mark, self.steal) = (None, None),
         }
+        if let Some(s) = self.steal.filter(|s| *s >= STEAL) {
+            out.push(format!("host CPU steal {s:.0} % over the last minute"));
+        }
+        out
     }
 }
 

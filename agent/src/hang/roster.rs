@@ -79,15 +79,13 @@ impl Roster {
         }
         let names: Vec<_> = list.iter().map(|c| c.display()).collect();
         let (n, names) = (list.len(), names.join(", "));
-        let detail = format!(
-            "{n} containers claim worker id `{worker}` ({names}); none will be restarted until one label is fixed"
-        );
+        let detail = format!("{n} containers claim worker id `{worker}` ({names}); none will be restarted until one label is fixed");
         let mut a = Alert::new(AlertKind::Ambiguous, ctx.keys.node(), detail);
         a.worker = Some(worker.to_string());
         ctx.notifier.send(&a).await;
         let about = About::worker(worker, Verdict::Healthy).once();
         let detail = "several containers share this worker id".to_string();
-        journal.note(now, about, Code::SkipAmbiguous, detail).await
+        journal.note(now, about, Code::SkippedAmbiguous, detail).await
     }
 
     /// A worker that is no longer ambiguous: the next time it is, it is a new episode.

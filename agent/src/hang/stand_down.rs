@@ -34,11 +34,6 @@ impl NodeWatch {
         self.facts.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether maintenance stands restarts down at `now` (coordinator clock).
-    pub(crate) fn stands_down_at(&self, now: Millis, md: &MetadataConfig) -> bool {
-        self.read_facts().stands_down(now, md)
-    }
-
     /// Whether the TPU monitor's last report says the node's TPU has failed.
     pub(crate) fn tpu_failed(&self) -> bool {
         let failed = |t: &TpuReport| t.monitoring && t.health == TpuHealth::Failed;
@@ -64,7 +59,7 @@ impl NodeWatch {
         if let Some(what) = self.read_facts().unread_at(tokio::time::Instant::now()) {
             return Some(StandDown::Unread(what));
         }
-        if self.stands_down_at(now, md) {
+        if self.read_facts().stands_down(now, md) {
             return Some(StandDown::Maintenance);
         }
         if let Some(rx) = &self.gpu {

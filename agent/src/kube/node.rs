@@ -146,7 +146,13 @@ impl KubeNodeApi {
                 tracing::trace!(node, "node already as desired; nothing to write");
                 return Ok((planned, current));
             };
-            guarded(node, &patch)?;
+            // NB: a patch of the taints replaces the whole list: it must carry the
+            // `resourceVersion` it was planned from, so a concurrent writer's taint is never
+            // dropped (the API server answers 409).
+            let rewrites_taints = patch.pointer("/spec/taints").is_some();
+            if rewrites_taints && patch.pointer("/metadata/resourceVersion").is_none() {
+                return Err(NodeError::NoResourceVersion { node: node.to_string() });
+            }
             match self.nodes.patch(node, &params, &Patch::Merge(&patch)).await {
                 Ok(patched) => {
                     tracing::info!(node, %patch, "{what}");
@@ -364,8 +370,7 @@ fn note(message: &str) -> String {
         return message.to_string();
     }
     const MARK: &str = "…";
-    let end = (0..=NOTE_LIMIT - MARK.len()).rev().find(|&i| message.is_char_boundary(i));
-    format!("{}{MARK}", &message[..end.unwrap_or(0)])
+    format!("{}{MARK}", crate::vocab::node::truncate(message, NOTE_LIMIT - MARK.len()))
 }
 
 #[async_trait]
@@ -424,16 +429,6 @@ impl NodeApi for KubeNodeApi {
         };
         result.map_err(|(call, e)| call.error(node, e))
     }
-}
-
-/// A patch of the taints replaces the whole list: it must carry the `resourceVersion` it was
-/// planned from, so a concurrent writer's taint is never dropped (the API server answers 409).
-fn guarded(node: &str, patch: &Value) -> Result<()> {
-    let rewrites_taints = patch.pointer("/spec/taints").is_some();
-    if rewrites_taints && patch.pointer("/metadata/resourceVersion").is_none() {
-        return Err(NodeError::NoResourceVersion { node: node.to_string() });
-    }
-    Ok(())
 }
 
 #[cfg(test)]

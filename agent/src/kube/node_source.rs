@@ -49,13 +49,11 @@ impl KubeNodeReader {
 pub(crate) fn raw_node(node: &Node) -> RawNode {
     let labels = node.metadata.labels.clone().unwrap_or_default();
     let taints = node.spec.iter().flat_map(|s| s.taints.iter().flatten());
-    let taints = taints
-        .map(|t| NodeTaint {
-            key: t.key.clone(),
-            value: t.value.clone().unwrap_or_default(),
-            effect: t.effect.clone(),
-        })
-        .collect();
+    let taints = taints.map(|t| NodeTaint {
+        key: t.key.clone(),
+        value: t.value.clone().unwrap_or_default(),
+        effect: t.effect.clone(),
+    });
     let allocatable = node.status.iter().flat_map(|s| s.allocatable.iter().flatten());
     let allocatable = allocatable.map(|(k, q)| (k.clone(), q.0.clone())).collect();
     // NB: the kubelet's graceful node shutdown says so in the Ready condition ("node is
@@ -66,7 +64,7 @@ pub(crate) fn raw_node(node: &Node) -> RawNode {
     let says_so = |t: &&str| t.to_ascii_lowercase().contains("shutting down");
     let shutting_down = texts.flatten().find(says_so).map(str::to_string);
     let deleting = node.metadata.deletion_timestamp.is_some();
-    RawNode { labels, taints, allocatable, deleting, shutting_down }
+    RawNode { labels, taints: taints.collect(), allocatable, deleting, shutting_down }
 }
 
 #[async_trait]

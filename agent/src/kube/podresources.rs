@@ -152,8 +152,7 @@ pub(crate) fn unix_channel(path: &str, connect_timeout: Option<Duration>) -> Cha
     endpoint.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
         let path = path.clone();
         async move {
-            let stream = tokio::net::UnixStream::connect(path).await?;
-            Ok::<_, std::io::Error>(TokioIo::new(stream))
+            Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
         }
     }))
 }
@@ -186,8 +185,7 @@ impl PodResourcesClient {
             return Err(DeviceError::Absent { socket: self.socket.clone() });
         }
         let mut client = self.client.clone();
-        let call = client.list(ListPodResourcesRequest {});
-        match tokio::time::timeout(self.timeout, call).await {
+        match tokio::time::timeout(self.timeout, client.list(ListPodResourcesRequest {})).await {
             Err(_) => {
                 Err(DeviceError::Timeout { socket: self.socket.clone(), timeout: self.timeout })
             }

@@ -148,6 +148,12 @@ impl KubePods {
     pub async fn connect(api_url: &str) -> Result<Self, ConnectError> {
         Ok(KubePods { client: kube_client(api_url).await? })
     }
+
+    /// Every pod bound to `node`, through a client made for this one call (`vigil doctor`'s
+    /// idle check, the checkpoint-budget check).
+    pub(crate) async fn list_node(api_url: &str, node: &str) -> Result<Vec<NodePod>> {
+        KubePods::connect(api_url).await?.node_pods(node).await
+    }
 }
 
 #[async_trait]

@@ -25,11 +25,12 @@ use crate::hang::gang_marks::read_view;
 use crate::hang::model_gang::{member_id, Member};
 use crate::hang::policy_gang::{self as gp, Timing};
 use crate::maintenance::gang_round::{asked, fresh, Asked, RoundIo, ROUND_MARGIN};
-use crate::maintenance::model_round::{DrillResult, Round, DRILL_REASON};
+use crate::maintenance::model_round::{Round, DRILL_REASON};
 use crate::maintenance::policy_round::{drill_result, round_budget, verdict};
 use crate::maintenance::request::acknowledges;
-use crate::metrics::{DrillFigures, Metrics};
+use crate::metrics::Metrics;
 use crate::trail::{Code, Decision};
+use crate::vocab::maintenance::DrillResult;
 
 /// How long a drill's result is kept (and exported) after the drill.
 const KEPT: Duration = Duration::from_secs(30 * 86_400);
@@ -286,7 +287,7 @@ pub(crate) async fn export_loop(
                 // NB: without the clock nothing is judged old (nothing removed).
                 let now = coord.time().await.ok();
                 let (drills, old) = current_drills(&fields, now);
-                metrics.drills.set(&drills.iter().map(figures).collect::<Vec<_>>());
+                metrics.drills.set(&drills);
                 if !old.is_empty() {
                     let _ = coord.batch(&[Op::Hdel { key: keys.drills(), fields: old }]).await;
                 }
@@ -302,8 +303,7 @@ fn current_drills(
     fields: &std::collections::HashMap<String, String>,
     now: Option<Millis>,
 ) -> (Vec<DrillResult>, Vec<String>) {
-    let mut kept = Vec::new();
-    let mut old = Vec::new();
+    let (mut kept, mut old) = (Vec::new(), Vec::new());
     for (target, v) in fields {
         match serde_json::from_str::<DrillResult>(v) {
             Ok(d) if now.is_none_or(|now| now.saturating_sub(d.at) <= ms(KEPT)) => kept.push(d),
@@ -312,18 +312,6 @@ fn current_drills(
     }
     kept.sort_by(|a, b| a.target.cmp(&b.target));
     (kept, old)
-}
-
-/// A drill's result as its metric series show it.
-fn figures(d: &DrillResult) -> DrillFigures {
-    DrillFigures {
-        target: d.target.clone(),
-        at_ms: d.at,
-        p50: d.p50,
-        all: d.all,
-        fits_preemption: d.fits_preemption,
-        fits_maintenance: d.fits_maintenance,
-    }
 }
 
 #[cfg(test)]

@@ -55,50 +55,29 @@ const NO_NOTIFICATIONS: &str = "no notifications have been received yet";
 pub enum MetadataError {
     /// Connect or DNS failure: not on GCE, or the server is blocked.
     #[strum(serialize = "transport")]
-    #[error(
-        "GCE metadata server at {host} is unreachable: not on GCE, or blocked by a firewall, \
-         proxy or custom route; maintenance and preemption notices are not watched until it answers"
-    )]
+    #[error("GCE metadata server at {host} is unreachable: not on GCE, or blocked by a firewall, proxy or custom route; maintenance and preemption notices are not watched until it answers")]
     Unreachable { host: String, source: reqwest::Error },
     /// 503: normal for under a second during host maintenance.
-    #[error(
-        "GCE metadata server answered 503 for {key} (normal for under a second during host \
-         maintenance; retrying quickly); if it persists, check the VM in the Cloud console"
-    )]
+    #[error("GCE metadata server answered 503 for {key} (normal for under a second during host maintenance; retrying quickly); if it persists, check the VM in the Cloud console")]
     Unavailable {
         key: String,
         /// The start of the response body, kept to recognise the "no notifications" answer.
         body: String,
     },
     /// 429: some endpoints rate-limit.
-    #[error(
-        "GCE metadata server rate-limited requests for {key} (429); backing off. Check that \
-         nothing else on this node polls the metadata server in a tight loop"
-    )]
+    #[error("GCE metadata server rate-limited requests for {key} (429); backing off. Check that nothing else on this node polls the metadata server in a tight loop")]
     RateLimited { key: String },
     /// 404: the key does not exist on this VM.
-    #[error(
-        "GCE metadata server has no {key} (404): this machine type or image may not offer it, \
-         or GCE_METADATA_HOST points at something else; notices from this key are not seen"
-    )]
+    #[error("GCE metadata server has no {key} (404): this machine type or image may not offer it, or GCE_METADATA_HOST points at something else; notices from this key are not seen")]
     NotFound { key: String },
     /// 403: endpoint disabled, or a header (X-Forwarded-For) made the server refuse.
-    #[error(
-        "GCE metadata server refused {key} (403): the endpoint may be disabled in the project or \
-         instance settings, or a proxy in the path adds X-Forwarded-For; check the network setup"
-    )]
+    #[error("GCE metadata server refused {key} (403): the endpoint may be disabled in the project or instance settings, or a proxy in the path adds X-Forwarded-For; check the network setup")]
     Forbidden { key: String },
     /// No answer within the request deadline.
-    #[error(
-        "GCE metadata server did not answer {key} within {after:?}; retrying with backoff. If it \
-         persists, check the node's network and DNS for metadata.google.internal"
-    )]
+    #[error("GCE metadata server did not answer {key} within {after:?}; retrying with backoff. If it persists, check the node's network and DNS for metadata.google.internal")]
     Timeout { key: String, after: Duration },
     /// The answer could not be understood; the previous value is kept.
-    #[error(
-        "GCE metadata server sent an unusable answer for {key}: {detail}; keeping the previous \
-         value. Report it if it persists: the server's format may have changed"
-    )]
+    #[error("GCE metadata server sent an unusable answer for {key}: {detail}; keeping the previous value. Report it if it persists: the server's format may have changed")]
     Malformed { key: String, detail: String },
     /// Any other HTTP status.
     #[strum(serialize = "transport")]
@@ -110,10 +89,7 @@ pub enum MetadataError {
     Transport { key: String, source: reqwest::Error },
     /// The configured host cannot form a URL.
     #[strum(serialize = "transport")]
-    #[error(
-        "GCE_METADATA_HOST={host:?} is not a valid host[:port] ({detail}); fix it, or unset it to \
-         use metadata.google.internal"
-    )]
+    #[error("GCE_METADATA_HOST={host:?} is not a valid host[:port] ({detail}); fix it, or unset it to use metadata.google.internal")]
     BadHost { host: String, detail: String },
 }
 
@@ -226,8 +202,7 @@ impl MetadataClient {
         let resp = request.send().await.map_err(|e| self.transport_error(key, deadline, e))?;
         let resp = refused(key, resp).await?;
         if resp.headers().get("Metadata-Flavor") != Some(&HeaderValue::from_static("Google")) {
-            let why = "the answer lacks `Metadata-Flavor: Google`, so it did not come from the \
-                       metadata server (a proxy or captive portal in the path?)";
+            let why = "the answer lacks `Metadata-Flavor: Google`, so it did not come from the metadata server (a proxy or captive portal in the path?)";
             return Err(MetadataError::malformed(key, why.into()));
         }
         let etag = resp.headers().get(ETAG).and_then(|v| v.to_str().ok()).map(str::trim);

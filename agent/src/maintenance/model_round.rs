@@ -1,6 +1,7 @@
-//! A gang's checkpoint round and a checkpoint drill, as data: the round every member of a
-//! distributed job is asked to save in (one id for all of them), what each member answered, and
-//! a drill's measured result. The decisions on them are in `crate::maintenance::policy_round`.
+//! A gang's checkpoint round, as data: the round every member of a distributed job is asked to
+//! save in (one id for all of them, a drill's too) and what each member answered (a drill's
+//! measured result is `crate::vocab::maintenance::DrillResult`, which the metrics export). The
+//! decisions on them are in `crate::maintenance::policy_round`.
 
 use serde::{Deserialize, Serialize};
 
@@ -63,27 +64,4 @@ pub(crate) struct GangRound {
     pub(crate) size: Option<u32>,
     /// Whether the gang's view was read (else only this node's members were asked).
     pub(crate) view_read: bool,
-}
-
-/// A drill's result, as `vigil drill checkpoint` prints it and the drilling node exports it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct DrillResult {
-    /// `gang:<id>`, `worker:<node>/<worker>` or `node:<node>`.
-    pub(crate) target: String,
-    /// When the drill ran (ms).
-    pub(crate) at: Millis,
-    pub(crate) asked: usize,
-    pub(crate) acked: usize,
-    /// Seconds to the acknowledgements: the median and the last (every member's, when all acked;
-    /// the drill's whole wait otherwise).
-    pub(crate) p50: f64,
-    pub(crate) all: f64,
-    /// The budgets it was measured against (seconds) and whether every ack came within each.
-    pub(crate) preemption_budget: f64,
-    pub(crate) maintenance_budget: f64,
-    pub(crate) fits_preemption: bool,
-    pub(crate) fits_maintenance: bool,
-    /// The members that did not acknowledge within the drill.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) missing: Vec<String>,
 }

@@ -79,10 +79,7 @@ pub(crate) fn budget_shortfalls(
     }
     let maint = c.maintenance_budget + stop;
     if maint > MAINTENANCE_NOTICE {
-        let why = format!(
-            "Compute Engine gives {} notice before a host maintenance that terminates the VM: lower the budget",
-            secs(MAINTENANCE_NOTICE)
-        );
+        let why = format!("Compute Engine gives {} notice before a host maintenance that terminates the VM: lower the budget", secs(MAINTENANCE_NOTICE));
         out.push(over("maintenance-notice", "checkpoint.maintenance_budget", maint, why));
     }
     // The limits each worker pod sets (the preemption ones only where preemptions can come).
@@ -93,17 +90,13 @@ pub(crate) fn budget_shortfalls(
     for p in pods {
         for (_, key, budget) in budgets.into_iter().filter(|&(on, _, b)| on && b + stop > p.grace) {
             let (pod, grace) = (&p.pod, secs(p.grace));
-            let why = format!(
-                "worker pod {pod} is killed {grace} after its SIGTERM (terminationGracePeriodSeconds): raise its grace period or lower the budget"
-            );
+            let why = format!("worker pod {pod} is killed {grace} after its SIGTERM (terminationGracePeriodSeconds): raise its grace period or lower the budget");
             out.push(over("pod-grace", key, budget + stop, why));
         }
         // NB: a pod whose own grace is already too short is said once, above.
         if preemptions && !p.critical && preempt <= p.grace && preempt > GKE_NON_CRITICAL_SHUTDOWN {
             let (pod, limit) = (&p.pod, secs(GKE_NON_CRITICAL_SHUTDOWN));
-            let why = format!(
-                "on a GKE Spot/preemptible node the kubelet gives non-system pod {pod} at most {limit} at preemption, whatever its grace period: lower the budget to fit"
-            );
+            let why = format!("on a GKE Spot/preemptible node the kubelet gives non-system pod {pod} at most {limit} at preemption, whatever its grace period: lower the budget to fit");
             out.push(over("gke-node-shutdown", "checkpoint.preemption_budget", preempt, why));
         }
     }

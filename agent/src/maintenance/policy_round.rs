@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use crate::clock::{brief, duration, Millis};
 use crate::hang::model_gang::Member;
-use crate::maintenance::model_round::{DrillResult, GangRound, MemberAck};
+use crate::maintenance::model_round::{GangRound, MemberAck};
+use crate::vocab::maintenance::DrillResult;
 
 /// The most member names a summary lists (the Node's annotation must stay short).
 const NAMED: usize = 8;

@@ -47,7 +47,7 @@ pub(crate) use gpu::GpuMetrics;
 pub(crate) use lost::LostMetrics;
 pub use lost::{Ledger as LostLedger, CAUSES as LOST_CAUSES};
 pub(crate) use node::{
-    CheckpointMetrics, DrillFigures, DrillMetrics, KubeMetrics, MaintenanceMetrics, NodeInfoLabels,
+    CheckpointMetrics, DrillMetrics, KubeMetrics, MaintenanceMetrics, NodeInfoLabels,
     NodeInfoMetrics,
 };
 pub(crate) use pace::PaceMetrics;

@@ -9,6 +9,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
 use super::{F64Gauge, Labels};
+use crate::vocab::maintenance::DrillResult;
 
 #[derive(Default)]
 pub(crate) struct MaintenanceMetrics {
@@ -174,21 +175,6 @@ impl NodeInfoMetrics {
     }
 }
 
-/// What the drill series show of one target's last drill (`crate::maintenance::drill` fills it
-/// from the drill's result).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct DrillFigures {
-    /// `gang:<id>`, `worker:<node>/<id>` or `node:<name>`.
-    pub(crate) target: String,
-    /// When it ran, ms since the epoch.
-    pub(crate) at_ms: i64,
-    /// Seconds to the median member's acknowledgement, and to the last one's.
-    pub(crate) p50: f64,
-    pub(crate) all: f64,
-    pub(crate) fits_preemption: bool,
-    pub(crate) fits_maintenance: bool,
-}
-
 /// The last checkpoint drill of each target whose first node this is (`vigil drill
 /// checkpoint`): as many series as targets drilled in the last 30 days. Labelled by the target
 /// (`gang:<id>`, `worker:<node>/<id>` or `node:<name>`).
@@ -216,7 +202,7 @@ impl DrillMetrics {
     }
 
     /// Export exactly these drills (a target no longer stored loses its series).
-    pub(crate) fn set(&self, drills: &[DrillFigures]) {
+    pub(crate) fn set(&self, drills: &[DrillResult]) {
         self.seconds.clear();
         self.fits.clear();
         self.at.clear();
@@ -229,7 +215,7 @@ impl DrillMetrics {
             for (budget, fits) in budgets {
                 self.fits.get_or_create(&[target(), ("budget", budget.into())]).set(fits.into());
             }
-            self.at.get_or_create(&[target()]).set(d.at_ms / 1000);
+            self.at.get_or_create(&[target()]).set(d.at / 1000);
         }
     }
 }
@@ -238,13 +224,18 @@ impl DrillMetrics {
 impl DrillMetrics {
     /// One series in each family, for the docs' drift check.
     pub(crate) fn touch(&self) {
-        self.set(&[DrillFigures {
+        self.set(&[DrillResult {
             target: "gang:touched".into(),
-            at_ms: 0,
+            at: 0,
+            asked: 1,
+            acked: 1,
             p50: 1.0,
             all: 1.0,
+            preemption_budget: 1.0,
+            maintenance_budget: 1.0,
             fits_preemption: true,
             fits_maintenance: true,
+            missing: Vec::new(),
         }]);
     }
 }

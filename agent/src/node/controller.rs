@@ -485,8 +485,7 @@ fn describe(cfg: &Config, p: &crate::vocab::node_info::Place, info: &NodeInfo) -
 /// `prev → next (reasons: …; sources: …; window … – …; can_reschedule=…)` for the trail and
 /// the Event.
 fn transition_detail(prev: &MaintenanceState, next: &MaintenanceState) -> String {
-    let from = prev.phase.as_str();
-    let to = next.phase.as_str();
+    let (from, to) = (prev.phase.as_str(), next.phase.as_str());
     let can_reschedule = next.can_reschedule;
     let reasons = if next.reasons.is_empty() { "none".to_string() } else { next.reasons.join(",") };
     let sources = if next.sources.is_empty() { "none".to_string() } else { next.sources_str() };

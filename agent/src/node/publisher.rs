@@ -173,9 +173,10 @@ impl NodePublisher {
         for gpu in &plan.unmatched {
             tracing::warn!(gpu = %gpu, driver = %g.dra_driver, "GPU failed, but no device of this node's ResourceSlices is it: no device taint (the Node taint stands in)");
         }
-        match plan.unmatched.is_empty() {
-            true => Taints::Covered,
-            false => Taints::Uncovered,
+        if plan.unmatched.is_empty() {
+            Taints::Covered
+        } else {
+            Taints::Uncovered
         }
     }
 

@@ -26,9 +26,9 @@ use async_trait::async_trait;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
     Container as CriContainer, ContainerFilter, ContainerState, ContainerStateValue,
-    ContainerStatusRequest, ListContainersRequest, ListPodSandboxRequest, PodSandboxFilter,
-    PodSandboxState, PodSandboxStateValue, PodSandboxStatus, PodSandboxStatusRequest,
-    StopContainerRequest, VersionRequest,
+    ContainerStatusRequest, ContainerStatusResponse, ListContainersRequest, ListPodSandboxRequest,
+    PodSandboxFilter, PodSandboxState, PodSandboxStateValue, PodSandboxStatus,
+    PodSandboxStatusRequest, StopContainerRequest, VersionRequest,
 };
 use tonic::transport::Channel;
 use tonic::Status;
@@ -36,7 +36,7 @@ use tonic::Status;
 use super::cri_remediation::Remedies;
 use super::cri_sandbox::{addresses_the_pod, Sandbox};
 pub use super::cri_sandbox::{POD_NAME_ID, WORKER_CONTAINER_ANNOTATION};
-use super::{Container, ContainerRuntime, RuntimeError};
+use super::{Container, ContainerRuntime, Result, RuntimeError};
 use crate::kube::podresources::{unix_channel, PodResourcesClient};
 use crate::kube::pods::PodApi;
 use crate::vocab::workload::{Remediation, Stops};
@@ -152,7 +152,7 @@ impl CriRuntime {
     }
 
     /// Ready sandboxes that opted in, by sandbox id.
-    async fn opted_in_sandboxes(&self) -> Result<HashMap<String, Sandbox>, RuntimeError> {
+    async fn opted_in_sandboxes(&self) -> Result<HashMap<String, Sandbox>> {
         let ready = Some(PodSandboxStateValue { state: PodSandboxState::SandboxReady as i32 });
         let filter = Some(PodSandboxFilter { state: ready, ..Default::default() });
         let (req, d) = self.req(ListPodSandboxRequest { filter });
@@ -176,7 +176,7 @@ impl CriRuntime {
     }
 
     /// The sandbox's status; `None` when it is gone.
-    async fn sandbox_status(&self, id: &str) -> Result<Option<PodSandboxStatus>, RuntimeError> {
+    async fn sandbox_status(&self, id: &str) -> Result<Option<PodSandboxStatus>> {
         let req = PodSandboxStatusRequest { pod_sandbox_id: id.to_string(), verbose: false };
         let (req, d) = self.req(req);
         match within(d, self.client.clone().pod_sandbox_status(req)).await {
@@ -186,7 +186,7 @@ impl CriRuntime {
         }
     }
 
-    async fn sandbox(&self, id: &str) -> Result<Option<Sandbox>, RuntimeError> {
+    async fn sandbox(&self, id: &str) -> Result<Option<Sandbox>> {
         Ok(self.sandbox_status(id).await?.and_then(|st| {
             let ip = st.network.as_ref().map(|n| n.ip.clone()).unwrap_or_default();
             let mut sandbox =
@@ -196,7 +196,7 @@ impl CriRuntime {
         }))
     }
 
-    async fn containers(&self, filter: ContainerFilter) -> Result<Vec<CriContainer>, RuntimeError> {
+    async fn containers(&self, filter: ContainerFilter) -> Result<Vec<CriContainer>> {
         let id = filter.id.clone();
         let (req, d) = self.req(ListContainersRequest { filter: Some(filter) });
         let listed = within(d, self.client.clone().list_containers(req)).await;
@@ -204,11 +204,7 @@ impl CriRuntime {
     }
 
     /// The container's status (log path, host PID with `verbose`); `None` when it is gone.
-    async fn status(
-        &self,
-        id: &str,
-        verbose: bool,
-    ) -> Result<Option<k8s_cri::v1::ContainerStatusResponse>, RuntimeError> {
+    async fn status(&self, id: &str, verbose: bool) -> Result<Option<ContainerStatusResponse>> {
         let (req, d) = self.req(ContainerStatusRequest { container_id: id.to_string(), verbose });
         match within(d, self.client.clone().container_status(req)).await {
             Ok(r) => Ok(Some(r)),
@@ -218,7 +214,7 @@ impl CriRuntime {
     }
 
     /// `StopContainer` of container `id` with `stop_grace` (0: SIGKILL at once).
-    async fn stop(&self, id: &str, stop_grace: Duration) -> Result<(), RuntimeError> {
+    async fn stop(&self, id: &str, stop_grace: Duration) -> Result<()> {
         let timeout = stop_grace.as_secs().min(i64::MAX as u64) as i64;
         let req = StopContainerRequest { container_id: id.to_string(), timeout };
         // NB: the stop takes the whole grace for a worker that ignores SIGTERM (then SIGKILL):
@@ -287,8 +283,7 @@ fn read_tail(path: &str) -> std::io::Result<String> {
 /// The host PID of a container, from the verbose status's `info` (containerd and CRI-O both
 /// put a JSON object with `pid` there).
 fn host_pid(info: &HashMap<String, String>) -> Option<i32> {
-    let text = info.get("info")?;
-    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let v: serde_json::Value = serde_json::from_str(info.get("info")?).ok()?;
     v.get("pid")?.as_i64().and_then(|p| i32::try_from(p).ok())
 }
 
@@ -298,7 +293,7 @@ impl ContainerRuntime for CriRuntime {
         format!("cri at {}", self.s.socket)
     }
 
-    async fn list_workers(&self) -> Result<Vec<Container>, RuntimeError> {
+    async fn list_workers(&self) -> Result<Vec<Container>> {
         let sandboxes = self.opted_in_sandboxes().await?;
         if sandboxes.is_empty() {
             return Ok(Vec::new());
@@ -316,7 +311,7 @@ impl ContainerRuntime for CriRuntime {
         Ok(out)
     }
 
-    async fn inspect(&self, id: &str) -> Result<Option<Container>, RuntimeError> {
+    async fn inspect(&self, id: &str) -> Result<Option<Container>> {
         let filter = ContainerFilter { id: id.to_string(), ..Default::default() };
         let Some(c) = self.containers(filter).await?.into_iter().next() else { return Ok(None) };
         let Some(sb) = self.sandbox(&c.pod_sandbox_id).await? else { return Ok(None) };
@@ -325,7 +320,7 @@ impl ContainerRuntime for CriRuntime {
         Ok(Some(out))
     }
 
-    async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
+    async fn logs(&self, id: &str, lines: usize) -> Result<String> {
         let refused = |why: &str| RuntimeError::refused(self, "logs", id, why);
         let Some(st) = self.status(id, false).await?.and_then(|r| r.status) else {
             return Err(refused("the container is gone"));
@@ -350,12 +345,7 @@ impl ContainerRuntime for CriRuntime {
 
     /// `StopContainer` with `grace` (0: SIGKILL, exit 137): the worker, then with `whole_pod`
     /// every other running container of its sandbox; no next attempt awaited.
-    async fn fail(
-        &self,
-        target: &Container,
-        grace: Duration,
-        whole_pod: bool,
-    ) -> Result<(), RuntimeError> {
+    async fn fail(&self, target: &Container, grace: Duration, whole_pod: bool) -> Result<()> {
         self.stop(&target.id, grace).await?;
         let Some(p) = target.pod.as_ref().filter(|_| whole_pod) else { return Ok(()) };
         // NB: every one is asked, whatever one answers: a container left running keeps a
@@ -371,7 +361,7 @@ impl ContainerRuntime for CriRuntime {
 
     /// `StopContainer` with the stop grace, then wait for kubelet's next attempt (the caller
     /// bounds the whole call by `restart_timeout`).
-    async fn restart(&self, target: &Container, stop_grace: Duration) -> Result<(), RuntimeError> {
+    async fn restart(&self, target: &Container, stop_grace: Duration) -> Result<()> {
         self.stop(&target.id, stop_grace).await?;
         loop {
             match self.successor(target).await? {
@@ -382,10 +372,9 @@ impl ContainerRuntime for CriRuntime {
     }
 
     /// The running attempt of the same pod and container name, if a newer one than `c` runs.
-    async fn successor(&self, c: &Container) -> Result<Option<Container>, RuntimeError> {
+    async fn successor(&self, c: &Container) -> Result<Option<Container>> {
         let Some(p) = &c.pod else { return self.inspect(&c.id).await };
-        let running = self.containers(running_in(&p.sandbox)).await?;
-        let attempts = running.into_iter().filter(|x| {
+        let attempts = self.containers(running_in(&p.sandbox)).await?.into_iter().filter(|x| {
             x.metadata.as_ref().is_some_and(|m| m.name == p.container && m.attempt >= p.attempt)
         });
         let newest = attempts.max_by_key(|x| x.metadata.as_ref().map(|m| m.attempt));
@@ -397,7 +386,7 @@ impl ContainerRuntime for CriRuntime {
     }
 
     /// The checkpoint signal, to the container's host PID (CRI has no kill).
-    async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
+    async fn kill(&self, id: &str, signal: &str) -> Result<()> {
         let refused = |why: &str| RuntimeError::refused(self, "kill", id, why);
         let Some(resp) = self.status(id, true).await? else {
             return Err(refused("the container is gone"));
@@ -412,11 +401,11 @@ impl ContainerRuntime for CriRuntime {
         })
     }
 
-    async fn init_pid(&self, id: &str) -> Result<Option<i32>, RuntimeError> {
+    async fn init_pid(&self, id: &str) -> Result<Option<i32>> {
         Ok(self.status(id, true).await?.and_then(|resp| host_pid(&resp.info)))
     }
 
-    async fn ping(&self) -> Result<(), RuntimeError> {
+    async fn ping(&self) -> Result<()> {
         let (req, d) = self.req(VersionRequest { version: "v1".into() });
         let answer = within(d, self.client.clone().version(req)).await;
         answer.map(drop).map_err(|e| self.classify("ping", "-", e, d))

@@ -57,8 +57,7 @@ pub(crate) fn tail(text: &str, lines: usize) -> String {
             out.push(format!("{time} {stream} {message}"));
         }
     }
-    let skip = out.len().saturating_sub(lines);
-    out[skip..].join("\n")
+    out[out.len().saturating_sub(lines)..].join("\n")
 }
 
 #[cfg(test)]

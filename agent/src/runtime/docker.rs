@@ -22,7 +22,7 @@ use futures_util::StreamExt;
 use tokio::sync::Mutex;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::{Container, ContainerRuntime, RuntimeError};
+use super::{Container, ContainerRuntime, Result, RuntimeError};
 use crate::runtime::container::{alert_only, gang_of_pod, visible_gpus, PodIdentity};
 
 /// Inspect results of the listing by container id, trusted only while the daemon's event
@@ -148,7 +148,7 @@ impl DockerRuntime {
         })));
     }
 
-    async fn client(&self) -> Result<Docker, RuntimeError> {
+    async fn client(&self) -> Result<Docker> {
         let mut guard = self.client.lock().await;
         if let Some(c) = guard.as_ref() {
             return Ok(c.clone());
@@ -169,7 +169,7 @@ impl DockerRuntime {
     }
 
     /// The daemon's inspect of container `id`; `None` when it does not exist.
-    async fn inspect_raw(&self, id: &str) -> Result<Option<Inspection>, RuntimeError> {
+    async fn inspect_raw(&self, id: &str) -> Result<Option<Inspection>> {
         let c = self.client().await?;
         match c.inspect_container(id, None::<InspectContainerOptions>).await {
             Err(BollardError::DockerResponseServerError { status_code: 404, .. }) => Ok(None),
@@ -185,7 +185,7 @@ impl DockerRuntime {
         op: &'static str,
         id: &str,
         answer: Result<T, BollardError>,
-    ) -> Result<T, RuntimeError> {
+    ) -> Result<T> {
         Err(match answer {
             Ok(v) => return Ok(v),
             Err(BollardError::DockerResponseServerError { message, .. }) => {
@@ -218,7 +218,7 @@ impl ContainerRuntime for DockerRuntime {
         format!("{kind} at {}", self.host)
     }
 
-    async fn list_workers(&self) -> Result<Vec<Container>, RuntimeError> {
+    async fn list_workers(&self) -> Result<Vec<Container>> {
         let c = self.client().await?;
         let filters = Some(HashMap::from([("label".to_string(), vec![self.label.clone()])]));
         // NB: exited ones too (`all`), so a worker whose container exited is reported, not
@@ -245,7 +245,7 @@ impl ContainerRuntime for DockerRuntime {
         Ok(out)
     }
 
-    async fn inspect(&self, id: &str) -> Result<Option<Container>, RuntimeError> {
+    async fn inspect(&self, id: &str) -> Result<Option<Container>> {
         let Some(info) = self.inspect_raw(id).await? else { return Ok(None) };
         let labels = info.config.as_ref().and_then(|c| c.labels.clone()).unwrap_or_default();
         // NB: a container without the opt-in label is never returned, whatever its status says.
@@ -280,7 +280,7 @@ impl ContainerRuntime for DockerRuntime {
         }))
     }
 
-    async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
+    async fn logs(&self, id: &str, lines: usize) -> Result<String> {
         let c = self.client().await?;
         let tail = lines.to_string();
         let opts = LogsOptions { stdout: true, stderr: true, tail, ..Default::default() };
@@ -293,7 +293,7 @@ impl ContainerRuntime for DockerRuntime {
         Ok(out)
     }
 
-    async fn restart(&self, target: &Container, stop_grace: Duration) -> Result<(), RuntimeError> {
+    async fn restart(&self, target: &Container, stop_grace: Duration) -> Result<()> {
         let id = target.id.as_str();
         let c = self.client().await?.with_timeout(self.timeout);
         let secs = stop_grace.as_secs().min(i32::MAX as u64) as i32;
@@ -301,19 +301,19 @@ impl ContainerRuntime for DockerRuntime {
         self.classify("restart", id, c.restart_container(id, Some(opts)).await).await
     }
 
-    async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
+    async fn kill(&self, id: &str, signal: &str) -> Result<()> {
         let c = self.client().await?;
         let opts = KillContainerOptions { signal: signal.to_string() };
         self.classify("kill", id, c.kill_container(id, Some(opts)).await).await
     }
 
-    async fn init_pid(&self, id: &str) -> Result<Option<i32>, RuntimeError> {
+    async fn init_pid(&self, id: &str) -> Result<Option<i32>> {
         let state = self.inspect_raw(id).await?.and_then(|info| info.state);
         // Docker and Podman say pid 0 for a container that is not running.
         Ok(state.and_then(|s| s.pid).and_then(|p| i32::try_from(p).ok()).filter(|p| *p > 0))
     }
 
-    async fn ping(&self) -> Result<(), RuntimeError> {
+    async fn ping(&self) -> Result<()> {
         let c = self.client().await?;
         self.classify("ping", "-", c.ping().await).await.map(drop)
     }

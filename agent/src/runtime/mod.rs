@@ -135,9 +135,8 @@ pub fn connect(cfg: &Config, pods: Option<Arc<dyn PodApi>>) -> (Arc<dyn Containe
 /// Where a CRI runtime reads its workers' GPUs: the kubelet's PodResources API at
 /// `runtime.pod_resources_socket`; `None` when that is empty (every worker on every GPU).
 pub(crate) fn devices(cfg: &Config) -> Option<Arc<PodResourcesClient>> {
-    let socket = &cfg.runtime.pod_resources_socket;
-    (!socket.is_empty())
-        .then(|| Arc::new(PodResourcesClient::new(socket, cfg.runtime.call_timeout)))
+    let path = &cfg.runtime.pod_resources_socket;
+    (!path.is_empty()).then(|| Arc::new(PodResourcesClient::new(path, cfg.runtime.call_timeout)))
 }
 
 #[cfg(test)]
@@ -222,6 +221,9 @@ pub enum RuntimeError {
     Timeout { op: &'static str, container: String, timeout: Duration },
 }
 
+/// What a call to the runtime gives: its answer, or the [`RuntimeError`] that stopped it.
+pub(crate) type Result<T, E = RuntimeError> = std::result::Result<T, E>;
+
 /// The adapters' errors (private: the adapters are this module's children).
 impl RuntimeError {
     /// `rt` cannot be reached: `e`.
@@ -241,11 +243,11 @@ pub trait ContainerRuntime: Send + Sync {
     /// Where the runtime lives, for logs and alerts.
     fn describe(&self) -> String;
     /// Running containers that carry the opt-in label; nothing else is ever returned.
-    async fn list_workers(&self) -> Result<Vec<Container>, RuntimeError>;
+    async fn list_workers(&self) -> Result<Vec<Container>>;
     /// The container as it is now; `None` when it no longer exists.
-    async fn inspect(&self, id: &str) -> Result<Option<Container>, RuntimeError>;
+    async fn inspect(&self, id: &str) -> Result<Option<Container>>;
     /// The last `lines` lines of its output (stdout and stderr interleaved).
-    async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError>;
+    async fn logs(&self, id: &str, lines: usize) -> Result<String>;
     /// How a hung worker of this container is restarted (`crate::vocab::workload`): in place
     /// (Docker, Podman); on a CRI runtime, the way its pod's controllers restart it, read from
     /// the Kubernetes API — or refused, with why.
@@ -262,35 +264,30 @@ pub trait ContainerRuntime: Send + Sync {
     }
     /// Restart it: SIGTERM, wait `stop_grace`, SIGKILL, start (Docker); stop it and wait for
     /// kubelet's next attempt (CRI). A zero grace is a SIGKILL at once.
-    async fn restart(&self, c: &Container, stop_grace: Duration) -> Result<(), RuntimeError>;
+    async fn restart(&self, c: &Container, stop_grace: Duration) -> Result<()>;
     /// Stop it for its controller, nothing awaited after (the controller makes the next
     /// incarnation: [`Remediation::restarted_in_place`] is false): with `whole_pod`, every
     /// container of its pod (a `Never` pod fails only once all have ended), the worker first;
     /// a zero grace is a SIGKILL at once (exit 137).
-    async fn fail(
-        &self,
-        c: &Container,
-        _grace: Duration,
-        _whole_pod: bool,
-    ) -> Result<(), RuntimeError> {
+    async fn fail(&self, c: &Container, _grace: Duration, _whole_pod: bool) -> Result<()> {
         self.kill(&c.id, "SIGKILL").await
     }
     /// The incarnation that runs in `c`'s place now: the same container (Docker restarts in
     /// place, with a new start time) or the next attempt in its pod (CRI). The restart is
     /// verified by it.
-    async fn successor(&self, c: &Container) -> Result<Option<Container>, RuntimeError> {
+    async fn successor(&self, c: &Container) -> Result<Option<Container>> {
         self.inspect(&c.id).await
     }
     /// Send a signal (e.g. `SIGUSR1`) to the container's main process: a checkpoint request.
-    async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError>;
+    async fn kill(&self, id: &str, signal: &str) -> Result<()>;
     /// The host pid of the process the runtime started in the container (its init); `None`
     /// when it runs none or this runtime cannot say. The worker API's unix-socket peers are
     /// proven against its cgroup.
-    async fn init_pid(&self, _id: &str) -> Result<Option<i32>, RuntimeError> {
+    async fn init_pid(&self, _id: &str) -> Result<Option<i32>> {
         Ok(None)
     }
     /// Cheap liveness check for `/readyz`.
-    async fn ping(&self) -> Result<(), RuntimeError>;
+    async fn ping(&self) -> Result<()>;
 }
 
 /// `/readyz` pings the runtime through [`Probe`], so observe/ needs no runtime types.

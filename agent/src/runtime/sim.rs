@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::runtime::{Container, ContainerRuntime, RuntimeError};
+use crate::runtime::{Container, ContainerRuntime, Result, RuntimeError};
 use crate::vocab::workload::{Remediation, Stops};
 
 type Hook = Box<dyn Fn() + Send + Sync>;
@@ -62,7 +62,7 @@ impl FakeRuntime {
     pub fn restarts(&self, id: &str) -> usize {
         *self.state.lock().unwrap().restarts.get(id).unwrap_or(&0)
     }
-    fn check_up(&self) -> Result<(), RuntimeError> {
+    fn check_up(&self) -> Result<()> {
         if self.state.lock().unwrap().down {
             return Err(RuntimeError::unreachable(self, "connection refused"));
         }
@@ -208,7 +208,7 @@ impl ContainerRuntime for FakeRuntime {
     fn describe(&self) -> String {
         "fake runtime".into()
     }
-    async fn list_workers(&self) -> Result<Vec<Container>, RuntimeError> {
+    async fn list_workers(&self) -> Result<Vec<Container>> {
         self.check_up()?;
         let s = self.state.lock().unwrap();
         let mut v: Vec<_> =
@@ -217,11 +217,11 @@ impl ContainerRuntime for FakeRuntime {
         v.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(v)
     }
-    async fn inspect(&self, id: &str) -> Result<Option<Container>, RuntimeError> {
+    async fn inspect(&self, id: &str) -> Result<Option<Container>> {
         self.check_up()?;
         Ok(self.state.lock().unwrap().containers.get(id).cloned())
     }
-    async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
+    async fn logs(&self, id: &str, lines: usize) -> Result<String> {
         self.check_up()?;
         self.on_logs.lock().unwrap().iter().for_each(|h| h());
         if self.state.lock().unwrap().fail_logs {
@@ -229,7 +229,7 @@ impl ContainerRuntime for FakeRuntime {
         }
         Ok(format!("last {lines} lines of {id}\nstep 41\nstep 42"))
     }
-    async fn restart(&self, target: &Container, _grace: Duration) -> Result<(), RuntimeError> {
+    async fn restart(&self, target: &Container, _grace: Duration) -> Result<()> {
         let id = target.id.as_str();
         self.check_up()?;
         self.on_restart.lock().unwrap().iter().for_each(|h| h(id));
@@ -260,12 +260,7 @@ impl ContainerRuntime for FakeRuntime {
         self.state.lock().unwrap().remediations.get(&c.id).cloned().unwrap_or(Remediation::IN_PLACE)
     }
     /// A stop: the container ends, and nothing starts it again (its controller would).
-    async fn fail(
-        &self,
-        c: &Container,
-        grace: Duration,
-        whole_pod: bool,
-    ) -> Result<(), RuntimeError> {
+    async fn fail(&self, c: &Container, grace: Duration, whole_pod: bool) -> Result<()> {
         self.check_up()?;
         let mut s = self.state.lock().unwrap();
         if let Some(x) = s.containers.get_mut(&c.id) {
@@ -274,13 +269,13 @@ impl ContainerRuntime for FakeRuntime {
         s.failed.push((c.id.clone(), grace, whole_pod));
         Ok(())
     }
-    async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
+    async fn kill(&self, id: &str, signal: &str) -> Result<()> {
         self.check_up()?;
         self.state.lock().unwrap().signals.push((id.to_string(), signal.to_string()));
         self.on_signal.lock().unwrap().iter().for_each(|h| h(id));
         Ok(())
     }
-    async fn ping(&self) -> Result<(), RuntimeError> {
+    async fn ping(&self) -> Result<()> {
         self.check_up()
     }
 }

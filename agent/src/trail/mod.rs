@@ -41,37 +41,27 @@ pub enum Code {
     /// An alert-only condition (unreachable, stalled, GPU failed) ended.
     EpisodeClosed,
     /// Another instance holds the node lock; it acts.
-    #[strum(serialize = "skipped-lock-held")]
-    SkipLockHeld,
+    SkippedLockHeld,
     /// The daily circuit breaker is open.
-    #[strum(serialize = "skipped-breaker-open")]
-    SkipBreakerOpen,
+    SkippedBreakerOpen,
     /// The fleet restart budget of this window is used up.
-    #[strum(serialize = "skipped-budget-exhausted")]
-    SkipBudgetExhausted,
+    SkippedBudgetExhausted,
     /// The lock was lost or had too little TTL left for the restart.
-    #[strum(serialize = "skipped-lock-expiring")]
-    SkipLockExpiring,
+    SkippedLockExpiring,
     /// The container is not the incarnation observed at decision time.
-    #[strum(serialize = "skipped-container-changed")]
-    SkipContainerChanged,
+    SkippedContainerChanged,
     /// The container decided on is no longer running (stopped, exited, replaced).
-    #[strum(serialize = "skipped-not-running")]
-    SkipNotRunning,
+    SkippedNotRunning,
     /// Several containers claim the worker id.
-    #[strum(serialize = "skipped-ambiguous")]
-    SkipAmbiguous,
+    SkippedAmbiguous,
     /// The runtime says this worker must not be restarted (e.g. a pod with restartPolicy Never).
-    #[strum(serialize = "skipped-not-restartable")]
-    SkipNotRestartable,
+    SkippedNotRestartable,
     /// Another instance's restart of this incident failed after our decision: its retry waits
     /// for the backoff.
-    #[strum(serialize = "skipped-retry-pending")]
-    SkipRetryPending,
+    SkippedRetryPending,
     /// The worker's restarts belong to another controller (`alert-only`): reported, not
     /// restarted.
-    #[strum(serialize = "skipped-alert-only")]
-    SkipAlertOnly,
+    SkippedAlertOnly,
     /// Revalidation found the worker fresh (or a cooldown) right before the command.
     CancelledRecovered,
     /// Shutdown, maintenance or a GPU failure arrived before the command.
@@ -119,8 +109,7 @@ pub enum Code {
     /// A checkpoint drill (`vigil drill checkpoint`) asked this node's workers: its verdict.
     CheckpointDrill,
     /// Restarts in a row brought no progress past where the worker stopped: no more.
-    #[strum(serialize = "skipped-fruitless")]
-    SkipFruitless,
+    SkippedFruitless,
 }
 
 #[cfg(any(test, feature = "bench"))]

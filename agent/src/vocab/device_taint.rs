@@ -115,9 +115,8 @@ pub fn plan(
             plan.unmatched.push(gpu.clone());
         }
         for d in on {
-            let rule =
-                Rule { name: rule_name(node, d), device: d.clone(), effect, gpu: gpu.clone() };
-            wanted.insert(rule.name.clone(), rule);
+            let name = rule_name(node, d);
+            wanted.insert(name.clone(), Rule { name, device: d.clone(), effect, gpu: gpu.clone() });
         }
     }
     for e in existing {

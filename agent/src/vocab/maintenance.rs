@@ -1,8 +1,11 @@
-//! Maintenance data: the raw values of the GCE metadata keys Vigil watches, and the node's
-//! maintenance state derived from them (`crate::maintenance::policy::derive`).
+//! Maintenance data: the raw values of the GCE metadata keys Vigil watches, the node's
+//! maintenance state derived from them (`crate::maintenance::policy::derive`), and a checkpoint
+//! drill's result (`crate::maintenance::drill` measures it, `crate::metrics` exports it).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use strum::{IntoStaticStr, VariantArray};
+
+use crate::clock::Millis;
 
 /// The value of `instance/maintenance-event`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, IntoStaticStr, VariantArray)]
@@ -137,4 +140,27 @@ impl MaintenanceState {
         let names: Vec<&str> = self.sources.iter().map(|s| s.as_str()).collect();
         names.join("+")
     }
+}
+
+/// A drill's result, as `vigil drill checkpoint` prints it and the drilling node exports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct DrillResult {
+    /// `gang:<id>`, `worker:<node>/<worker>` or `node:<node>`.
+    pub(crate) target: String,
+    /// When the drill ran (ms).
+    pub(crate) at: Millis,
+    pub(crate) asked: usize,
+    pub(crate) acked: usize,
+    /// Seconds to the acknowledgements: the median and the last (every member's, when all acked;
+    /// the drill's whole wait otherwise).
+    pub(crate) p50: f64,
+    pub(crate) all: f64,
+    /// The budgets it was measured against (seconds) and whether every ack came within each.
+    pub(crate) preemption_budget: f64,
+    pub(crate) maintenance_budget: f64,
+    pub(crate) fits_preemption: bool,
+    pub(crate) fits_maintenance: bool,
+    /// The members that did not acknowledge within the drill.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) missing: Vec<String>,
 }

@@ -1,7 +1,8 @@
 //! The words the features and the Kubernetes adapter share, below both: the Node's Vigil-owned
 //! state and the names of Vigil's taints and conditions (`node`), and the Node as read — its
 //! labels, taints and allocatable resources, and what Vigil makes of them (`node_info`); the
-//! node's maintenance state from the GCE metadata values (`maintenance`), and what forbids
+//! node's maintenance state from the GCE metadata values and a checkpoint drill's result
+//! (`maintenance`), and what forbids
 //! restarts right now — maintenance, a drain, the node going away (`stand_down`): the Node
 //! controller writes these facts, the restart path and the checkpoints read them; and a worker's
 //! pod as its job controllers define and label it, with how Vigil restarts it their way

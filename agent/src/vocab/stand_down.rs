@@ -134,10 +134,8 @@ pub(crate) fn going_away(phase: Phase, info: Option<&NodeInfo>) -> Option<String
     if info.maintenance.terminating {
         return Some("GKE's impending-node-termination taint".into());
     }
-    GOING_AWAY_TAINTS
-        .iter()
-        .find(|(key, _)| info.taints.iter().any(|t| t.key == *key))
-        .map(|(key, why)| format!("taint {key}: {why}"))
+    let taint = GOING_AWAY_TAINTS.iter().find(|(key, _)| info.taints.iter().any(|t| t.key == *key));
+    taint.map(|(key, why)| format!("taint {key}: {why}"))
 }
 
 #[cfg(test)]

@@ -437,10 +437,8 @@ fn within_limit(w: &Workload, job: &JobFacts, stops: Stops) -> Option<Remediatio
     if !within {
         return None;
     }
-    let counted = format!(
-        "counted against Job {}'s backoffLimit: {} of {} used, {n} pod(s) at most this time",
-        job.name, job.retries, job.backoff_limit
-    );
+    let JobFacts { name: job_name, backoff_limit, retries, .. } = job;
+    let counted = format!("counted against Job {job_name}'s backoffLimit: {retries} of {backoff_limit} used, {n} pod(s) at most this time");
     Some(match w.policy {
         RestartPolicy::OnFailure => Remediation::InPlace {
             kill: true,
@@ -470,11 +468,10 @@ fn other_container_rule(w: &Workload, job: &JobFacts) -> Option<Remediation> {
         r.container.as_deref().is_some_and(|c| c != w.container)
             && r.exit_codes.matches(KILLED_EXIT)
     })?;
+    let container = r.container.as_deref().unwrap_or_default();
     Some(Remediation::Refuse(format!(
-        "Job {}'s pod failure policy has a {} rule on container {}, which a stop of the whole pod may or may not match (its exit code is unknown): its controller decides",
-        job.name,
-        r.action,
-        r.container.as_deref().unwrap_or_default()
+        "Job {}'s pod failure policy has a {} rule on container {container}, which a stop of the whole pod may or may not match (its exit code is unknown): its controller decides",
+        job.name, r.action
     )))
 }
 
@@ -500,10 +497,9 @@ pub(crate) fn jobset_restarts(js: &JobSetFacts, reason: &str) -> Result<String, 
         (r.reasons.is_empty() || r.reasons.iter().any(|x| x == reason))
             && (r.targets.is_empty() || r.targets.contains(replicated_job))
     });
-    if let Some(r) = rule.filter(|r| r.on_message) {
+    if let Some(FailureRule { name: rule_name, .. }) = rule.filter(|r| r.on_message) {
         return Err(format!(
-            "JobSet {jobset_name}'s failure policy rule {} also matches the failure's message, which is not known before the failure: what it does is unknown",
-            r.name
+            "JobSet {jobset_name}'s failure policy rule {rule_name} also matches the failure's message, which is not known before the failure: what it does is unknown"
         ));
     }
     let rule_note = rule.filter(|r| !r.name.is_empty()).map(|r| format!(" (rule {})", r.name));

@@ -69,10 +69,9 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, Str
     .into_iter()
     .filter_map(|(k, v)| v.map(|v| (k, v)))
     .collect();
+    let why = "give at least one of state, job, gang, gang_size, progress, checkpoint_ack, checkpoint_step, compute_ms, grace";
     if fields.is_empty() {
-        return Err(bad(
-            "give at least one of state, job, gang, gang_size, progress, checkpoint_ack, checkpoint_step, compute_ms, grace",
-        ));
+        return Err(bad(why));
     }
     if let Some(n) = ranks {
         fields.push(("ranks".into(), n.to_string()));

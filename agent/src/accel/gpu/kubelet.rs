@@ -67,9 +67,7 @@ pub(crate) async fn resolve(
             out.push(r);
             continue;
         }
-        let (Some(api), Some((driver, pool, name))) = (slices, dra_id(&r.device)) else {
-            continue;
-        };
+        let (Some(api), Some((driver, pool, name))) = (slices, dra_id(&r.device)) else { continue };
         if !listed.contains_key(driver) {
             let devices = api.devices(node, driver).await.unwrap_or_else(|e| {
                 error = Some(e);
@@ -110,9 +108,7 @@ pub async fn follow(
         tokio::select! {
             _ = stop.cancelled() => return,
             changed = nvml.changed() => {
-                if changed.is_err() {
-                    return;
-                }
+                let Ok(()) = changed else { return };
                 // The first GPUs listed (NVML loads after the agent starts): read at once
                 // rather than an interval later.
                 if !read && !nvml.borrow_and_update().gpus.is_empty() {

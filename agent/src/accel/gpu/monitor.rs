@@ -6,7 +6,6 @@
 
 #![allow(clippy::disallowed_types)] // NB: a dedicated thread on real monotonic time.
 use std::sync::Mutex;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -29,6 +28,9 @@ pub type Kubelet = watch::Receiver<Vec<KubeletReport>>;
 
 /// Longest single wait for XID events: also how quickly the monitor notices `stop`.
 const XID_WAIT: Duration = Duration::from_secs(1);
+
+/// The monitor's thread's name (`ps -L`, a debugger's thread list).
+pub(crate) const THREAD: &str = "vigil-gpu";
 
 /// Logs a recurring failure at most once a minute, with how many were left out.
 #[derive(Default)]
@@ -69,13 +71,14 @@ pub fn spawn_monitor(
     cfg: GpuConfig,
     tx: watch::Sender<GpuReport>,
     stop: CancellationToken,
-) -> std::io::Result<JoinHandle<()>> {
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     spawn_monitor_with(probe, cfg, None, None, tx, stop)
 }
 
 /// As [`spawn_monitor`], with failed GPUs read from and written to `store`, and hearing the
 /// kubelet's reports (`crate::accel::gpu::kubelet`): a GPU it newly reports `Unhealthy` is
-/// failed until it is reset.
+/// failed until it is reset. Its own thread: an error when the OS refuses one (a container at its
+/// pids limit).
 #[cfg(any(test, feature = "bench"))]
 pub fn spawn_monitor_with(
     probe: Box<dyn GpuProbe>,
@@ -84,20 +87,16 @@ pub fn spawn_monitor_with(
     kubelet: Option<Kubelet>,
     tx: watch::Sender<GpuReport>,
     stop: CancellationToken,
-) -> std::io::Result<JoinHandle<()>> {
-    spawn_thread(move || run_monitor(probe, &cfg, store, &tx, &stop, kubelet))
-}
-
-/// The monitor's own thread. An error when the OS refuses one (a container at its pids limit).
-pub(crate) fn spawn_thread(run: impl FnOnce() + Send + 'static) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new().name("vigil-gpu".into()).spawn(run)
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let run = move || run_monitor(probe, &cfg, store, &tx, &stop, kubelet);
+    std::thread::Builder::new().name(THREAD.into()).spawn(run)
 }
 
 /// The state file as the monitor keeps it: what was last written, and when.
 struct Keeper {
     store: StateStore,
-    last: Option<StateFile>,
-    last_at: i64,
+    /// The file last written, and when.
+    last: Option<(StateFile, i64)>,
     errors: Throttled,
 }
 
@@ -116,20 +115,20 @@ impl Keeper {
             tracing::info!(gpu = %c.gpu, "GPU failure cleared: {}", c.why);
         }
         let seed = GpuReport { gpus, cleared, ..GpuReport::default() };
-        (Keeper { store, last: None, last_at: 0, errors: Throttled::default() }, seed)
+        (Keeper { store, last: None, errors: Throttled::default() }, seed)
     }
 
     /// Write the failed GPUs of `report` when they changed (a failed write is retried with the
     /// next report, logged at most once a minute).
     fn keep(&mut self, report: &GpuReport, now_ms: i64) {
         let next = snapshot(&report.gpus, self.store.boot_id());
-        if !needs_write(self.last.as_ref(), self.last_at, &next, now_ms) {
+        if !needs_write(self.last.as_ref(), &next, now_ms) {
             return;
         }
         match self.store.write(&next) {
             Ok(()) => {
                 self.errors.ok("GPU state file writable again");
-                (self.last, self.last_at) = (Some(next), now_ms);
+                self.last = Some((next, now_ms));
             }
             Err(e) => self.errors.warn(
                 "cannot write the GPU state file; a failed GPU would be forgotten by an agent restart",
@@ -160,7 +159,7 @@ pub(crate) fn run_monitor(
     std::thread::scope(|scope| {
         let watchdog = std::thread::Builder::new()
             .name("vigil-gpu-watchdog".into())
-            .spawn_scoped(scope, || watchdog(&calls, tx, cfg.call_deadline, stop));
+            .spawn_scoped(scope, || calls.watch(tx, cfg.call_deadline, stop));
         if let Err(e) = &watchdog {
             tracing::warn!(error = %e, "cannot start the NVML watchdog thread; a wedged driver would go unreported");
         }
@@ -175,7 +174,7 @@ pub(crate) fn run_monitor(
     tracing::debug!("GPU monitor stopped");
 }
 
-/// The NVML call in progress, shared by the monitor loop and its [`watchdog`].
+/// The NVML call in progress, shared by the monitor loop and its watchdog ([`Calls::watch`]).
 #[derive(Default)]
 struct Calls(Mutex<CallState>);
 
@@ -211,38 +210,34 @@ impl Calls {
         }
         out
     }
-}
 
-/// Watches the monitor's NVML calls: one that has not returned within `deadline` (a wedged
-/// driver; NVML calls block without a timeout of their own) is reported once: a log line, and a
-/// report in state `nvml-hung` (no verdict; the agent's cycle only ever reads the latest report,
-/// so it never waits for NVML).
-fn watchdog(
-    calls: &Calls,
-    tx: &watch::Sender<GpuReport>,
-    deadline: Duration,
-    stop: &CancellationToken,
-) {
-    let tick = (deadline / 4).min(Duration::from_millis(250));
-    loop {
-        std::thread::sleep(tick);
-        let mut st = calls.lock();
-        if st.done || stop.is_cancelled() {
-            return;
+    /// The watchdog of the monitor's NVML calls: one that has not returned within `deadline` (a
+    /// wedged driver; NVML calls block without a timeout of their own) is reported once: a log
+    /// line, and a report in state `nvml-hung` (no verdict; the agent's cycle only ever reads the
+    /// latest report, so it never waits for NVML).
+    fn watch(&self, tx: &watch::Sender<GpuReport>, deadline: Duration, stop: &CancellationToken) {
+        let tick = (deadline / 4).min(Duration::from_millis(250));
+        let within = human(deadline.as_millis() as i64);
+        loop {
+            std::thread::sleep(tick);
+            let mut st = self.lock();
+            if st.done || stop.is_cancelled() {
+                return;
+            }
+            let Some((what, since)) = st.call else { continue };
+            if st.reported || since.elapsed() < deadline {
+                continue;
+            }
+            st.reported = true;
+            let hung = format!("{what} has not returned within {within}");
+            tracing::error!(
+                call = what,
+                "an NVML call {hung}: the NVIDIA driver may be wedged; GPU health is unknown until it answers (failed GPUs stay failed)"
+            );
+            // NB: published under the lock, so the monitor's own report (after the call returns)
+            // always comes later.
+            tx.send_modify(|r| (r.state, r.hung) = (GpuMonitorState::NvmlHung, Some(hung)));
         }
-        let Some((what, since)) = st.call else { continue };
-        if st.reported || since.elapsed() < deadline {
-            continue;
-        }
-        st.reported = true;
-        let hung = format!("{what} has not returned within {}", human(deadline.as_millis() as i64));
-        tracing::error!(
-            call = what,
-            "an NVML call {hung}: the NVIDIA driver may be wedged; GPU health is unknown until it answers (failed GPUs stay failed)"
-        );
-        // NB: published under the lock, so the monitor's own report (after the call returns)
-        // always comes later.
-        tx.send_modify(|r| (r.state, r.hung) = (GpuMonitorState::NvmlHung, Some(hung)));
     }
 }
 

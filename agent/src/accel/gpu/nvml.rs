@@ -127,10 +127,9 @@ impl RemapReader {
         // the four out-pointers are valid, distinct `c_uint`s on this stack frame.
         let ret = unsafe { sym(device.handle(), &mut corr, &mut unc, &mut pending, &mut failure) };
         let (pending, failure) = (pending != 0, failure != 0);
+        let rows = RemappedRows { correctable: corr, uncorrectable: unc, pending, failure };
         match nvml_try(ret) {
-            Ok(()) => {
-                Ok(Some(RemappedRows { correctable: corr, uncorrectable: unc, pending, failure }))
-            }
+            Ok(()) => Ok(Some(rows)),
             Err(NvmlError::NotSupported) => Ok(None),
             Err(e) => Err(e),
         }
@@ -182,13 +181,12 @@ impl NvmlProbe {
         let nvml = nvml_for(library_path).map_err(init_error)?;
         let count = nvml.device_count().map_err(init_error)?;
         let candidates: Vec<u32> = (0..count)
-            .filter(|&i| {
-                nvml.device_by_index(i)
-                    .and_then(|d| d.supported_event_types())
-                    .inspect_err(
-                        |e| tracing::debug!(gpu = i, error = %e, "no XID events from this GPU"),
-                    )
-                    .is_ok_and(|t| t.contains(EventTypes::CRITICAL_XID_ERROR))
+            .filter(|&i| match nvml.device_by_index(i).and_then(|d| d.supported_event_types()) {
+                Ok(types) => types.contains(EventTypes::CRITICAL_XID_ERROR),
+                Err(e) => {
+                    tracing::debug!(gpu = i, error = %e, "no XID events from this GPU");
+                    false
+                }
             })
             .collect();
         let (events, xid_gpus) = event_set(nvml, candidates);
@@ -213,7 +211,11 @@ impl NvmlProbe {
         let uuid = readable(index, d.uuid())?;
         let memory = field(index, "memory", d.memory_info());
         let ecc = |kind, counter| field(index, "ecc", d.total_ecc_errors(kind, counter));
-        let retired = |cause| d.retired_pages(cause).map(|p| p.len() as u64);
+        // Pages retired for either cause, read where the literal reads them (NVML's call order).
+        let retired = || -> Result<u64, NvmlError> {
+            let single = d.retired_pages(RetirementCause::MultipleSingleBitEccErrors)?.len() as u64;
+            Ok(single + d.retired_pages(RetirementCause::DoubleBitEccError)?.len() as u64)
+        };
         Some(GpuSample {
             index,
             uuid,
@@ -229,12 +231,7 @@ impl NvmlProbe {
             ecc_volatile_uncorrected: ecc(MemoryError::Uncorrected, EccCounter::Volatile),
             ecc_aggregate_corrected: ecc(MemoryError::Corrected, EccCounter::Aggregate),
             ecc_aggregate_uncorrected: ecc(MemoryError::Uncorrected, EccCounter::Aggregate),
-            retired_pages: field(
-                index,
-                "retired_pages",
-                retired(RetirementCause::MultipleSingleBitEccErrors)
-                    .and_then(|a| retired(RetirementCause::DoubleBitEccError).map(|b| a + b)),
-            ),
+            retired_pages: field(index, "retired_pages", retired()),
             retired_pages_pending: field(
                 index,
                 "retired_pages_pending",
@@ -402,11 +399,8 @@ pub struct HostPaths {
 /// installer has not run. NVSwitches (class 0x0680) are not GPUs.
 pub(crate) fn gpus_present(h: &HostPaths) -> bool {
     let nvidia_display = |addr: &String| {
-        let read = |f: &str| {
-            std::fs::read_to_string(h.pci_devices.join(addr).join(f))
-                .map(|s| s.trim().to_ascii_lowercase())
-                .unwrap_or_default()
-        };
+        let raw = |f: &str| std::fs::read_to_string(h.pci_devices.join(addr).join(f));
+        let read = |f: &str| raw(f).map(|s| s.trim().to_ascii_lowercase()).unwrap_or_default();
         read("vendor") == "0x10de" && matches!(read("class").get(..6), Some("0x0300" | "0x0302"))
     };
     names(&h.dev).is_ok_and(|files| files.iter().any(|f| numbered(f, "nvidia")))

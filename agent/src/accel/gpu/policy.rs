@@ -23,8 +23,6 @@
 //!
 //! The node is as healthy as its worst GPU.
 
-use std::collections::BTreeMap;
-
 use crate::accel::gpu::model::{
     chosen, label, Failure, GpuCleared, GpuHealth, GpuMonitorState, GpuReport, GpuSample,
     GpuStatus, RecoveryAction, ResetMarks, XidEvent, MAX_BEGUN, MAX_CLEARED, MAX_RECENT_XIDS,
@@ -32,9 +30,9 @@ use crate::accel::gpu::model::{
 };
 use crate::accel::gpu::policy_episode;
 use crate::accel::gpu::policy_slow;
-use crate::accel::gpu::policy_xid::{action_for, builtin, recovery_action};
+use crate::accel::gpu::policy_xid::{action_for, builtin, recovery_action, XidOverrides};
 use crate::clock::{human, ms};
-use crate::config::{GpuConfig, XidAction, XidThreshold};
+use crate::config::{GpuConfig, XidAction};
 
 /// The failures `report` says were cleared after the one numbered `seen`, oldest first (each is
 /// a trail entry); `seen` moves to the newest.
@@ -63,15 +61,36 @@ pub(crate) fn update(
     // The report carried forward (the clearings, the episodes' numbering, the latest begun), its
     // GPUs merged with the samples; every other field is set again by `judged`.
     let mut r = prev.clone();
-    r.gpus = merge_samples(prev, samples, &mut r.cleared);
+    merge_samples(&mut r, samples);
     for g in r.gpus.iter_mut().filter(|g| !g.missing) {
         let before = prev.gpus.iter().find(|p| same(p, g.index, &g.uuid));
         policy_slow::follow_rises(g, before.map(|p| &p.sample), now_ms);
     }
-    fold_xids(&mut r, xids, now_ms, &overrides, &cfg.xid_threshold);
+    // Each XID counted on its GPU, stamped `now_ms`, in its episode; one whose action fails the
+    // GPU starts (or adds to) its failure.
+    let th = &cfg.xid_threshold;
+    for x in xids {
+        let pos = r.gpus.iter().position(|g| same(g, x.index, &x.uuid)).unwrap_or_else(|| {
+            // NB: an XID from a GPU no sample has shown yet (it could not be read): keep it
+            // under its own entry rather than drop hardware evidence. Not "missing": it was
+            // never seen by a sample.
+            r.gpus.push(GpuStatus::known(x.index, x.uuid.clone()));
+            r.gpus.len() - 1
+        });
+        let g = &mut r.gpus[pos];
+        *g.xid_counts.entry(x.xid).or_insert(0) += 1;
+        g.recent_xids.push((x.xid, now_ms));
+        if let Some(e) = policy_episode::add(g, x.xid, now_ms, th, &mut r.episode_seq) {
+            r.begun.push(policy_episode::begun(g, &e, &overrides));
+        }
+        if let Some(action) = action_for(x.xid, &overrides).filter(|a| a.fails()) {
+            let meaning = builtin(x.xid).map_or(String::new(), |r| format!(" ({})", r.meaning));
+            add_cause(g, action, format!("XID {}{meaning}", x.xid));
+        }
+    }
     let window = ms(cfg.evidence_window);
     for g in &mut r.gpus {
-        policy_episode::expire(g, now_ms, &cfg.xid_threshold);
+        policy_episode::expire(g, now_ms, th);
         g.recent_xids.retain(|&(_, at)| now_ms - at <= window);
         g.recent_xids.drain(..g.recent_xids.len().saturating_sub(MAX_RECENT_XIDS));
         if !g.missing {
@@ -89,7 +108,7 @@ pub(crate) fn rejudge(prev: &GpuReport, cfg: &GpuConfig) -> GpuReport {
 }
 
 /// `r` with each GPU judged, monitoring: the node's verdict is the worst GPU's.
-fn judged(mut r: GpuReport, overrides: &BTreeMap<u64, XidAction>) -> GpuReport {
+fn judged(mut r: GpuReport, overrides: &XidOverrides) -> GpuReport {
     for g in &mut r.gpus {
         (g.health, g.reasons) = judge(g, overrides);
     }
@@ -124,28 +143,25 @@ fn all_causes(f: &Failure) -> Vec<String> {
     f.causes.iter().cloned().chain(f.lost.then(|| LOST.to_string())).collect()
 }
 
-/// Every sampled GPU with its history, then the GPUs the sample no longer shows (missing only
-/// after `MISSING_ROUNDS` samples in a row). A GPU lost and listed again has its loss cleared.
-fn merge_samples(
-    prev: &GpuReport,
-    samples: &[GpuSample],
-    cleared: &mut Vec<GpuCleared>,
-) -> Vec<GpuStatus> {
-    let mut gpus: Vec<GpuStatus> = Vec::with_capacity(samples.len().max(prev.gpus.len()));
+/// `r`'s GPUs merged with `samples`: every sampled GPU with its history, then the GPUs the sample
+/// no longer shows (missing only after `MISSING_ROUNDS` samples in a row). A GPU lost and listed
+/// again has its loss cleared.
+fn merge_samples(r: &mut GpuReport, samples: &[GpuSample]) {
+    let prev = std::mem::take(&mut r.gpus);
+    r.gpus.reserve(samples.len().max(prev.len()));
     for s in samples {
-        let mut g =
-            prev.gpus.iter().find(|p| same(p, s.index, &s.uuid)).cloned().unwrap_or_default();
+        let mut g = prev.iter().find(|p| same(p, s.index, &s.uuid)).cloned().unwrap_or_default();
         (g.index, g.uuid, g.sample) = (s.index, s.uuid.clone(), s.clone());
         (g.missing, g.missing_rounds) = (false, 0);
         if let Some(f) = g.failure.as_mut().filter(|f| f.lost) {
             f.lost = false;
             if f.causes.is_empty() {
-                clear(&mut g, "NVML lists the GPU again".into(), cleared);
+                clear(&mut g, "NVML lists the GPU again".into(), &mut r.cleared);
             }
         }
-        gpus.push(g);
+        r.gpus.push(g);
     }
-    for p in prev.gpus.iter().filter(|p| !samples.iter().any(|s| same(p, s.index, &s.uuid))) {
+    for p in prev.iter().filter(|p| !samples.iter().any(|s| same(p, s.index, &s.uuid))) {
         let mut g = p.clone();
         g.missing_rounds = g.missing_rounds.saturating_add(1);
         g.missing =
@@ -154,38 +170,7 @@ fn merge_samples(
             let f = g.failure.get_or_insert_with(Failure::default);
             (f.lost, f.action) = (true, f.action.max(XidAction::RebootNode));
         }
-        gpus.push(g);
-    }
-    gpus
-}
-
-/// Count each XID on its GPU, stamped `now_ms`, in its episode; one whose action fails the GPU
-/// starts (or adds to) its failure.
-fn fold_xids(
-    r: &mut GpuReport,
-    xids: &[XidEvent],
-    now_ms: i64,
-    overrides: &BTreeMap<u64, XidAction>,
-    th: &XidThreshold,
-) {
-    for x in xids {
-        let pos = r.gpus.iter().position(|g| same(g, x.index, &x.uuid)).unwrap_or_else(|| {
-            // NB: an XID from a GPU no sample has shown yet (it could not be read): keep it
-            // under its own entry rather than drop hardware evidence. Not "missing": it was
-            // never seen by a sample.
-            r.gpus.push(GpuStatus::known(x.index, x.uuid.clone()));
-            r.gpus.len() - 1
-        });
-        let g = &mut r.gpus[pos];
-        *g.xid_counts.entry(x.xid).or_insert(0) += 1;
-        g.recent_xids.push((x.xid, now_ms));
-        if let Some(e) = policy_episode::add(g, x.xid, now_ms, th, &mut r.episode_seq) {
-            r.begun.push(policy_episode::begun(g, &e, overrides));
-        }
-        if let Some(action) = action_for(x.xid, overrides).filter(|a| a.fails()) {
-            let meaning = builtin(x.xid).map_or(String::new(), |r| format!(" ({})", r.meaning));
-            add_cause(g, action, format!("XID {}{meaning}", x.xid));
-        }
+        r.gpus.push(g);
     }
 }
 
@@ -244,9 +229,8 @@ pub(crate) fn reset_evidence(m: &ResetMarks, s: &GpuSample, counters: bool) -> O
         return Some("the pending row remap was applied, which happens at a GPU reset".into());
     }
     if m.retired_pages_pending == Some(true) && s.retired_pages_pending == Some(false) {
-        return Some(
-            "the pages pending retirement were retired, which happens at a GPU reset".into(),
-        );
+        let why = "the pages pending retirement were retired, which happens at a GPU reset";
+        return Some(why.into());
     }
     let no_action = s.recovery_action == Some(RecoveryAction::None);
     if let Some(was) = m.recovery_action.filter(|&was| no_action && recovery_action(was).fails()) {
@@ -263,15 +247,14 @@ pub(crate) fn reset_evidence(m: &ResetMarks, s: &GpuSample, counters: bool) -> O
         ));
     }
     if let Some((a, b)) = went_down(m.energy_mj, s.energy_mj) {
-        return Some(format!(
-            "the energy counter restarted (from {a} to {b} mJ): the driver reloaded"
-        ));
+        let why = format!("the energy counter restarted (from {a} to {b} mJ): the driver reloaded");
+        return Some(why);
     }
     None
 }
 
 /// The health of one GPU from its record, with one reason per cause.
-fn judge(g: &GpuStatus, overrides: &BTreeMap<u64, XidAction>) -> (GpuHealth, Vec<String>) {
+fn judge(g: &GpuStatus, overrides: &XidOverrides) -> (GpuHealth, Vec<String>) {
     let who = label(g.index, &g.uuid);
     let mut health = GpuHealth::Healthy;
     let mut reasons = Vec::new();
@@ -303,28 +286,21 @@ fn judge_sample(s: &GpuSample, flag: &mut impl FnMut(GpuHealth, &str)) {
     // No row remapper (pre-Ampere): neither a remap failure nor one pending.
     let remap = s.remapped_rows.unwrap_or_default();
     if remap.failure {
-        flag(
-            GpuHealth::Failed,
-            "row remapping failed (no spare rows left); reset the GPU, and replace it if it recurs",
-        );
+        let why =
+            "row remapping failed (no spare rows left); reset the GPU, and replace it if it recurs";
+        flag(GpuHealth::Failed, why);
     }
     if remap.pending {
-        flag(
-            GpuHealth::Degraded,
-            "a row remap is pending; the GPU runs on until its next reset: reset it at the next convenient time",
-        );
+        let why = "a row remap is pending; the GPU runs on until its next reset: reset it at the next convenient time";
+        flag(GpuHealth::Degraded, why);
     }
     if s.retired_pages_pending == Some(true) {
-        flag(
-            GpuHealth::Degraded,
-            "memory pages are pending retirement; reset the GPU at the next convenient time",
-        );
+        let why = "memory pages are pending retirement; reset the GPU at the next convenient time";
+        flag(GpuHealth::Degraded, why);
     }
     if let Some(n) = s.ecc_volatile_uncorrected.filter(|&n| n > 0) {
-        flag(
-            GpuHealth::Degraded,
-            &format!("{n} uncorrectable ECC error(s) since the driver loaded"),
-        );
+        let why = format!("{n} uncorrectable ECC error(s) since the driver loaded");
+        flag(GpuHealth::Degraded, &why);
     }
 }
 

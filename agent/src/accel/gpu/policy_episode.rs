@@ -4,12 +4,10 @@
 //! degrades its GPU only while an episode of it has reached `gpu.xid_threshold.count` events
 //! within the window. A GPU that repeats one error a million times is one line, not a million.
 
-use std::collections::BTreeMap;
-
 use crate::accel::gpu::model::{label, EpisodeBegun, GpuReport, GpuStatus, XidEpisode};
-use crate::accel::gpu::policy_xid::{action_for, builtin};
+use crate::accel::gpu::policy_xid::{action_for, builtin, XidOverrides};
 use crate::clock::ms;
-use crate::config::{XidAction, XidThreshold};
+use crate::config::XidThreshold;
 
 /// Add one event of `xid` at `now` to `g`'s episodes. `Some` with the new episode when the event
 /// begins one (its number taken from `seq`); an episode of the same XID whose window has passed
@@ -45,11 +43,7 @@ pub(crate) fn expire(g: &mut GpuStatus, now: i64, th: &XidThreshold) {
 }
 
 /// The line of an episode that began on `g`: the XID, what it means, what to do.
-pub(crate) fn begun(
-    g: &GpuStatus,
-    e: &XidEpisode,
-    overrides: &BTreeMap<u64, XidAction>,
-) -> EpisodeBegun {
+pub(crate) fn begun(g: &GpuStatus, e: &XidEpisode, overrides: &XidOverrides) -> EpisodeBegun {
     let gpu = label(g.index, &g.uuid);
     let action = action_for(e.xid, overrides);
     let meaning = builtin(e.xid).map_or(String::new(), |r| format!(" ({})", r.meaning));
@@ -85,6 +79,7 @@ pub(crate) fn new_begun(report: &GpuReport, seen: &mut u64) -> Vec<EpisodeBegun>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::XidAction;
     use std::time::Duration;
 
     fn th(count: u32, window_s: u64) -> XidThreshold {
@@ -155,7 +150,7 @@ mod tests {
     fn the_begun_line_says_what_the_xid_is_and_what_to_do() {
         let g = GpuStatus { index: 0, uuid: "GPU-a".into(), ..GpuStatus::default() };
         let e = |xid| XidEpisode { seq: 7, xid, ..XidEpisode::default() };
-        let none = BTreeMap::new();
+        let none = XidOverrides::new();
         let b = begun(&g, &e(95), &none);
         assert_eq!(
             b.detail,
@@ -174,7 +169,7 @@ mod tests {
         let mut g = GpuStatus::default();
         let mut seq = 0;
         let e = add(&mut g, 13, 0, &t, &mut seq).unwrap();
-        let none = BTreeMap::new();
+        let none = XidOverrides::new();
         let open = GpuReport {
             begun: vec![begun(&g, &e, &none)],
             episode_seq: seq,

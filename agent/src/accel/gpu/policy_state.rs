@@ -62,24 +62,20 @@ pub(crate) fn snapshot(gpus: &[GpuStatus], boot_id: &str) -> StateFile {
     StateFile { version: VERSION, boot_id: boot_id.to_string(), gpus: kept.collect() }
 }
 
-/// Whether `next` should be written, given what was last written (`None`: nothing yet) and when.
+/// Whether `next` should be written at `now_ms`, given what was last written and when (`None`:
+/// nothing yet).
 ///
 /// NB: a change of failures (or of a mark other than energy) is written at once. The energy
 /// counter moves every sample; a stale value on file only makes a later restart miss a reset
 /// (the saved value is lower than the real one), never see one that did not happen, so it is
 /// rewritten at most every [`ENERGY_REWRITE_MS`].
-pub(crate) fn needs_write(
-    last: Option<&StateFile>,
-    last_at_ms: i64,
-    next: &StateFile,
-    now_ms: i64,
-) -> bool {
+pub(crate) fn needs_write(last: Option<&(StateFile, i64)>, next: &StateFile, now_ms: i64) -> bool {
     let without_energy = |f: &StateFile| {
         let mut f = f.clone();
         f.gpus.iter_mut().for_each(|g| g.marks.energy_mj = None);
         f
     };
-    last.is_none_or(|last| {
+    last.is_none_or(|(last, last_at_ms)| {
         without_energy(last) != without_energy(next)
             || (last != next && now_ms - last_at_ms >= ENERGY_REWRITE_MS)
     })
@@ -252,17 +248,18 @@ mod tests {
     #[test]
     fn writes_follow_failures_at_once_and_energy_only_now_and_then() {
         let a = snapshot(&[failed(UUID, false)], BOOT);
-        assert!(needs_write(None, 0, &a, 0));
-        assert!(!needs_write(Some(&a), 0, &a, 10 * ENERGY_REWRITE_MS));
+        assert!(needs_write(None, &a, 0));
+        let last = (a.clone(), 0);
+        assert!(!needs_write(Some(&last), &a, 10 * ENERGY_REWRITE_MS));
         let mut energy = a.clone();
         energy.gpus[0].marks.energy_mj = Some(5000);
-        assert!(!needs_write(Some(&a), 0, &energy, ENERGY_REWRITE_MS - 1));
-        assert!(needs_write(Some(&a), 0, &energy, ENERGY_REWRITE_MS));
+        assert!(!needs_write(Some(&last), &energy, ENERGY_REWRITE_MS - 1));
+        assert!(needs_write(Some(&last), &energy, ENERGY_REWRITE_MS));
         let mut ecc = a.clone();
         ecc.gpus[0].marks.ecc_volatile_uncorrected = Some(3);
-        assert!(needs_write(Some(&a), 0, &ecc, 1));
+        assert!(needs_write(Some(&last), &ecc, 1));
         let cleared = snapshot(&[], BOOT);
-        assert!(needs_write(Some(&a), 0, &cleared, 1));
+        assert!(needs_write(Some(&last), &cleared, 1));
     }
 
     #[test]

@@ -21,6 +21,10 @@ use std::collections::BTreeMap;
 use crate::accel::gpu::model::RecoveryAction;
 use crate::config::{GpuConfig, XidAction};
 
+/// The per-XID overrides of the built-in table: `gpu.xid_actions`, its keys parsed
+/// (`GpuConfig::xid_overrides`).
+pub(crate) type XidOverrides = BTreeMap<u64, XidAction>;
+
 /// One XID: what it means, what NVIDIA says to do at once, what Vigil does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct XidRow {
@@ -34,13 +38,10 @@ pub(crate) struct XidRow {
     pub(crate) source: &'static str,
 }
 
-const fn row(
-    xid: u64,
-    meaning: &'static str,
-    nvidia: &'static str,
-    action: XidAction,
-    source: &'static str,
-) -> XidRow {
+/// A row's words (the meaning, NVIDIA's bucket, the source).
+type Text = &'static str;
+
+const fn row(xid: u64, meaning: Text, nvidia: Text, action: XidAction, source: Text) -> XidRow {
     XidRow { xid, meaning, nvidia, action, source }
 }
 
@@ -148,7 +149,7 @@ pub(crate) const RECOVERY_ACTION_CHANGED: u64 = 154;
 
 /// The action for `xid`: an override of `gpu.xid_actions`, else the
 /// built-in table; `None` for an XID in neither.
-pub(crate) fn action_for(xid: u64, overrides: &BTreeMap<u64, XidAction>) -> Option<XidAction> {
+pub(crate) fn action_for(xid: u64, overrides: &XidOverrides) -> Option<XidAction> {
     overrides.get(&xid).copied().or_else(|| builtin(xid).map(|r| r.action))
 }
 

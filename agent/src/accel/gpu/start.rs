@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::accel::gpu::model::{GpuMonitorState, GpuReport};
-use crate::accel::gpu::monitor::{run_monitor, spawn_thread, Kubelet};
+use crate::accel::gpu::monitor::{run_monitor, Kubelet, THREAD};
 use crate::accel::gpu::nvml::{gpus_present, GpuError, GpuProbe, HostPaths, NvmlLoader, NvmlProbe};
 use crate::accel::gpu::state::{StateStore, BOOT_ID_PATH};
 use crate::backoff::Backoff;
@@ -161,7 +161,8 @@ pub async fn start_with(
     }
     let cfg = cfg.clone();
     let warnings = opts.warnings.clone();
-    let spawned = spawn_thread(move || {
+    // The monitor's own thread: an error when the OS refuses one (a container at its pids limit).
+    let spawned = std::thread::Builder::new().name(THREAD.into()).spawn(move || {
         let wait = wait_for_nvml(&cfg, loader.as_mut(), &opts, &tx, &stop, said_no_gpu);
         let Some(probe) = wait else { return };
         readyz(&opts.warnings, None);

@@ -73,14 +73,12 @@ fn record_sample(m: &GpuMetrics, id: &GpuLabels, s: &GpuSample) {
         (&m.remap_pending, remap.map(|r| i64::from(r.pending))),
         (&m.remap_failure, remap.map(|r| i64::from(r.failure))),
     ] {
-        if let Some(v) = v {
-            gauge.get_or_create(id).set(v);
-        }
+        let Some(v) = v else { continue };
+        gauge.get_or_create(id).set(v);
     }
     for (gauge, v) in [(&m.power, s.power_w), (&m.utilization, s.utilization)] {
-        if let Some(v) = v {
-            gauge.get_or_create(id).set(v);
-        }
+        let Some(v) = v else { continue };
+        gauge.get_or_create(id).set(v);
     }
     for (counter, severity, v) in [
         ("volatile", "corrected", s.ecc_volatile_corrected),
@@ -88,10 +86,9 @@ fn record_sample(m: &GpuMetrics, id: &GpuLabels, s: &GpuSample) {
         ("aggregate", "corrected", s.ecc_aggregate_corrected),
         ("aggregate", "uncorrected", s.ecc_aggregate_uncorrected),
     ] {
-        if let Some(v) = v {
-            let labels = (id.clone(), [("counter", counter), ("severity", severity)]);
-            m.ecc_errors.get_or_create(&labels).set(saturating(v));
-        }
+        let Some(v) = v else { continue };
+        let labels = (id.clone(), [("counter", counter), ("severity", severity)]);
+        m.ecc_errors.get_or_create(&labels).set(saturating(v));
     }
     let rows = remap.map(|r| [("correctable", r.correctable), ("uncorrectable", r.uncorrectable)]);
     for (kind, v) in rows.into_iter().flatten() {

@@ -113,9 +113,7 @@ impl FsProbe {
     /// Read the chips now. A kernel log that cannot be read is said in the error of
     /// [`FsProbe::kernel_log_error`], not here: the device files still make a verdict.
     pub(crate) fn read(&mut self) -> Result<TpuReading, TpuError> {
-        let device_files = device_files(&self.device_dir).map_err(|source| {
-            TpuError::DeviceDir { path: self.device_dir.display().to_string(), source }
-        })?;
+        let device_files = device_files(&self.device_dir)?;
         let (pci, aer) = tpu_functions(&self.sys_dir);
         if !device_files.is_empty() || !pci.is_empty() {
             self.open_log();
@@ -132,8 +130,10 @@ impl FsProbe {
 }
 
 /// The chips' device files under `dir`, sorted: `accel<N>` and `vfio/<N>`.
-pub(crate) fn device_files(dir: &Path) -> std::io::Result<Vec<String>> {
-    let mut out: Vec<String> = names(dir)?.into_iter().filter(|n| numbered(n, "accel")).collect();
+pub(crate) fn device_files(dir: &Path) -> Result<Vec<String>, TpuError> {
+    let path = dir.display().to_string();
+    let listed = names(dir).map_err(|source| TpuError::DeviceDir { path, source })?;
+    let mut out: Vec<String> = listed.into_iter().filter(|n| numbered(n, "accel")).collect();
     // No vfio directory: no VFIO-bound chip (TPU v4), not an error.
     let vfio = names(&dir.join("vfio")).unwrap_or_default();
     out.extend(vfio.into_iter().filter(|n| numbered(n, "")).map(|n| format!("vfio/{n}")));

@@ -106,8 +106,7 @@ pub(crate) fn start(
     let log = Some(Path::new(&cfg.kernel_log)).filter(|_| !cfg.kernel_log.is_empty());
     let probe = FsProbe::new(&cfg.device_dir, &cfg.sys_dir, log, UPTIME);
     let listed = (cfg.enabled == Switch::On).then(|| device_files(Path::new(&cfg.device_dir)));
-    if let Some(Err(source)) = listed {
-        let e = TpuError::DeviceDir { path: cfg.device_dir.clone(), source };
+    if let Some(Err(e)) = listed {
         tracing::error!(error = %e, "tpu.enabled = on but the TPU chips cannot be listed");
     }
     tracing::info!(device_dir = %cfg.device_dir, kernel_log = %cfg.kernel_log,

@@ -113,16 +113,9 @@ fn taints_patch(current: Option<&Value>, desired: &NodeDesired) -> Option<Vec<Va
     let matches = |t: &Value, want: &Taint| t["key"] == want.key && t["effect"] == want.effect;
 
     let existing: Vec<Value> = current.and_then(Value::as_array).cloned().unwrap_or_default();
-    let mut out: Vec<Value> = existing
-        .iter()
-        .filter(|t| match t["key"].as_str() {
-            Some(key) if desired.remove_taints.iter().any(|r| r == key) => {
-                desired.add_taints.iter().any(|want| matches(t, want))
-            }
-            _ => true,
-        })
-        .cloned()
-        .collect();
+    let removed = |t: &Value| desired.remove_taints.iter().any(|key| t["key"] == *key);
+    let wanted = |t: &Value| desired.add_taints.iter().any(|want| matches(t, want));
+    let mut out: Vec<_> = existing.iter().filter(|t| !removed(t) || wanted(t)).cloned().collect();
     for want in &desired.add_taints {
         match out.iter_mut().find(|t| matches(t, want)) {
             // Kubernetes allows one taint per key and effect: a different value is updated in
@@ -191,26 +184,17 @@ pub(crate) fn cleanup_plan(
     let labels = keys("/metadata/labels");
     let annotations = keys("/metadata/annotations");
     let taints = taints_of(node, taint_keys);
-    let conditions: Vec<String> = items(node, "/status/conditions")
-        .filter_map(|c| c["type"].as_str())
-        .filter(|kind| condition_types.contains(kind))
-        .map(str::to_string)
-        .collect();
+    let types = items(node, "/status/conditions").filter_map(|c| c["type"].as_str());
+    let conditions = types.filter(|t| condition_types.contains(t)).map(str::to_string).collect();
     let desired = NodeDesired {
         labels: labels.iter().map(|k| (k.clone(), None)).collect(),
         annotations: annotations.iter().map(|k| (k.clone(), None)).collect(),
         remove_taints: taint_keys.to_vec(),
         ..Default::default()
     };
-    let kept = shared_labels
-        .iter()
-        .filter_map(|k| {
-            let v = node.pointer("/metadata/labels")?.get(*k)?.as_str()?;
-            Some(format!("{k}={v}"))
-        })
-        .collect();
-    let plan = Cleanup { labels, annotations, taints, conditions, kept };
-    (plan, desired)
+    let label = |k: &&str| node["metadata"]["labels"][k].as_str().map(|v| format!("{k}={v}"));
+    let kept = shared_labels.iter().filter_map(label).collect();
+    (Cleanup { labels, annotations, taints, conditions, kept }, desired)
 }
 
 /// Vigil's taints on the Node, as `kubectl taint` writes them (`key[=value]:effect`).
