@@ -220,7 +220,8 @@ impl WorkerApiState {
         let record = self.coord.hgetall(&self.keys.status(id)).await.unwrap_or_default();
         let mut answer = pending_checkpoint(&record, write.rank);
         answer.insert("heartbeat_ms".into(), Value::from(now));
-        let mut warnings = Vec::from_iter(grace_warning(&write.fields, self.max_grace));
+        let grace = grace_warning(&write.fields, &rank_field("grace", write.rank), self.max_grace);
+        let mut warnings = Vec::from_iter(grace);
         if let Some(m) = membership {
             if let Some(g) = &m.gang {
                 answer.insert("gang".into(), Value::from(g.id.clone()));
@@ -358,10 +359,11 @@ fn written_membership(c: &Container, write: &StatusWrite) -> Membership {
     policy_membership::of_container(c, gang_of(&fields).as_ref())
 }
 
-/// What the worker should hear about its grace: one longer than `policy.max_grace` is cut to it
-/// (silently, the worker would believe it has two hours and be restarted after one).
-fn grace_warning(fields: &[(String, String)], max_grace: Duration) -> Option<String> {
-    let (_, g) = fields.iter().find(|(k, _)| k == "grace")?;
+/// What the worker should hear about its grace (the field `key`: `grace`, or a rank's
+/// `grace@<rank>`): one longer than `policy.max_grace` is cut to it (silently, the worker would
+/// believe it has two hours and be restarted after one).
+fn grace_warning(fields: &[(String, String)], key: &str, max_grace: Duration) -> Option<String> {
+    let (_, g) = fields.iter().find(|(k, _)| k == key)?;
     let asked = parse_grace(g)?;
     (asked > crate::clock::ms(max_grace)).then(|| {
         let max = humantime::format_duration(max_grace);

@@ -348,6 +348,11 @@ async fn loopback_without_auth_accepts_and_bodies_are_still_checked() {
     assert!(warning.contains("max_grace") && warning.contains("1h"), "{answer}");
     let (_, text) = put(&api, "w", None, r#"{"state":"compile","grace":"1200"}"#).await;
     assert!(!text.contains("warnings"), "{text}");
+    // A rank's grace (stored as `grace@<rank>`) is cut the same way, and said the same way.
+    let ranked = r#"{"state":"compile","grace":"7200","rank":"1","ranks":"2"}"#;
+    let (code, text) = put(&api, "r", None, ranked).await;
+    assert_eq!(code, 200, "{text}");
+    assert!(text.contains("max_grace"), "{text}");
     let big = format!("{{\"state\":\"{}\"}}", "x".repeat(10 * 1024 * 1024));
     let (code, text) = put(&api, "w", None, &big).await;
     assert_eq!(code, 413);
