@@ -28,7 +28,7 @@ use crate::kube::pods::{KubePods, PodApi};
 use crate::maintenance::metadata::{watch_with, MetadataClient, WatchConfig};
 use crate::metrics::Metrics;
 use crate::node::controller::Controller;
-use crate::node::info::NodeInfoRx;
+use crate::node::info::{self as node_info, NodeInfoRx};
 use crate::runtime::ContainerRuntime;
 use crate::vocab::maintenance::RawMetadata;
 use crate::worker_api::token_review::{CachedReviews, KubeTokenReview};
@@ -132,8 +132,7 @@ pub(crate) async fn run(cfg: Config, path: Option<PathBuf>, dry_run: bool) -> Re
             .with_reload(reload);
     let warnings = agent.health.warnings.clone();
     let meta_rx = w.metadata_watcher(warnings.clone());
-    let (gpu_rx, dra) =
-        gpu::gpu_health(&w.cfg, w.pods.clone(), warnings, &w.tracker, &w.stop).await;
+    let (gpu_rx, dra) = w.gpu_health(warnings).await;
     agent = agent.with_gpu(gpu_rx.clone());
     // NB: the one Node source; every part that needs the Node's facts gets a clone of `node_rx`.
     let (node_rx, node_reader) = w.node_source().await;
@@ -231,18 +230,13 @@ impl Wiring {
     /// see `crate::node::info`), and the reader (for a fresh look at SIGTERM). Off, the
     /// channel stays `None` and closes.
     async fn node_source(&self) -> (NodeInfoRx, Option<Arc<dyn NodeReader>>) {
-        let (tx, rx) = crate::node::info::channel();
+        let (tx, rx) = node_info::channel();
         let lost = "Kubernetes API unavailable: the Node's labels (pool, provisioning, GKE maintenance) will not be read";
         let connect = KubeNodeReader::connect(&self.cfg.kubernetes.api_url);
         let Some(reader) = connected(&self.cfg, connect, lost).await else { return (rx, None) };
-        self.tracker.spawn(crate::node::info::follow(
-            reader.clone(),
-            self.cfg.node_name.clone(),
-            self.cfg.kubernetes.read_interval,
-            tx,
-            self.metrics.clone(),
-            self.stop.clone(),
-        ));
+        let (node, every) = (self.cfg.node_name.clone(), self.cfg.kubernetes.read_interval);
+        let (metrics, stop) = (self.metrics.clone(), self.stop.clone());
+        self.tracker.spawn(node_info::follow(reader.clone(), node, every, tx, metrics, stop));
         (rx, Some(reader))
     }
 
@@ -288,7 +282,7 @@ impl Wiring {
         self.tracker.spawn(crate::fleet::heartbeat::heartbeat_loop(
             self.coord.clone(),
             agent.keys().clone(),
-            agent.heartbeat_record(),
+            agent.record.clone(),
             self.cfg.poll_interval,
             self.cfg.fleet.heartbeat_ttl,
             self.stop.clone(),

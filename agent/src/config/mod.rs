@@ -368,6 +368,9 @@ impl Config {
     /// `safety.lock_ttl` covers one pass: `runtime` and `alerts` durations (see [`Config::lock_needed`]).
     fn validate_lock_ttl(&self) -> Result<(), ConfigError> {
         let (ttl, needed) = (self.safety.lock_ttl, self.lock_needed());
+        if ttl >= needed {
+            return Ok(());
+        }
         let shown = humantime::format_duration(ttl);
         let margin = LOCK_MARGIN.as_secs();
         let why = format!(
@@ -375,7 +378,7 @@ impl Config {
              + runtime.restart_timeout + {margin}s margin = {}; the lock could expire mid-restart",
             crate::clock::brief(needed)
         );
-        bad_if(ttl < needed, "safety.lock_ttl", why)
+        bad("safety.lock_ttl", why)
     }
 
     /// `fleet.heartbeat_ttl` outlives two polls.

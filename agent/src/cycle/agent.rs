@@ -26,7 +26,7 @@ use crate::alerts::gate::AlertGate;
 use crate::alerts::Notifier;
 use crate::config::reload;
 use crate::config::Config;
-use crate::coord::{CoordError, Coordinator, Keys, Tally, WorkerRead};
+use crate::coord::{Coordinator, Keys, Result, Tally, WorkerRead};
 use crate::fleet::heartbeat::{Cycle, SharedRecord};
 use crate::hang::context::Context;
 use crate::hang::journal::{About, Journal};
@@ -63,7 +63,7 @@ pub struct Agent {
     /// The GPU report of this cycle.
     gpu: GpuReport,
     /// The node record, re-published by the heartbeat task between cycles.
-    record: SharedRecord,
+    pub(crate) record: SharedRecord,
     cycle: Cycle,
     /// What is kept of each watched worker, by worker id: its learned rhythm
     /// (`policy.learned`; its history is the coordinator's, `worker:W:rhythm`, what it saw of the
@@ -189,11 +189,6 @@ impl Agent {
         self.journal.trail.clone()
     }
 
-    /// The record the heartbeat task re-publishes.
-    pub(crate) fn heartbeat_record(&self) -> SharedRecord {
-        self.record.clone()
-    }
-
     /// Share the maintenance controller's view of the node.
     pub fn with_facts(mut self, facts: SharedFacts) -> Self {
         self.watch.facts = facts;
@@ -272,7 +267,7 @@ impl Agent {
     /// `vigil_coordinator_up` at 0 until the runtime returned, and VigilCoordinatorDown fired
     /// for a healthy Redis); not the cycle's own workers: a cycle that failed at the coordinator
     /// after listing them left them half-built.
-    async fn republish(&mut self) -> Result<(), CoordError> {
+    async fn republish(&mut self) -> Result<()> {
         self.seed_lost(self.cycle.now).await?;
         let mut rec = self.cycle.record(&self.ctx, &self.watch, &self.gpu);
         // NB: since when: this agent's own count (never its last record's: an outage that
@@ -290,7 +285,7 @@ impl Agent {
     }
 
     /// Evaluate every worker; `Ok(false)` when the runtime could not list them.
-    async fn evaluate_all(&mut self, report: &mut CycleReport) -> Result<bool, CoordError> {
+    async fn evaluate_all(&mut self, report: &mut CycleReport) -> Result<bool> {
         self.cycle.deferred.clear();
         self.cycle.gangs.entries.clear();
         self.cycle.gangs.reads.views.clear();
@@ -336,7 +331,7 @@ impl Agent {
     /// The cycle's one read: the clock (the cycle's `now`) and every unambiguous worker's record
     /// and marks, in one round trip whatever the number of workers — a healthy cycle is this
     /// read and the batch that publishes it.
-    async fn read_node(&mut self, groups: &ByWorker) -> Result<Prefetch, CoordError> {
+    async fn read_node(&mut self, groups: &ByWorker) -> Result<Prefetch> {
         let single: Vec<&str> =
             groups.iter().filter(|(_, list)| list.len() == 1).map(|(w, _)| w.as_str()).collect();
         let asked: Vec<_> = single.iter().map(|w| worker_read_keys(&self.ctx.keys, w)).collect();
@@ -374,7 +369,7 @@ impl Agent {
         c: &Container,
         read: WorkerRead,
         host: &[String],
-    ) -> Result<Verdict, CoordError> {
+    ) -> Result<Verdict> {
         let now = read.now;
         self.cycle.now = now;
         // Each worker may run the restart pipeline (minutes at worst): the loop is alive.
@@ -414,7 +409,7 @@ impl Agent {
 
     /// Take up the last day's time lost as the node's previous record kept it, once: until it
     /// is read, this agent's record must not replace it.
-    async fn seed_lost(&mut self, now: crate::clock::Millis) -> Result<(), CoordError> {
+    async fn seed_lost(&mut self, now: crate::clock::Millis) -> Result<()> {
         if self.lost_seeded {
             return Ok(());
         }
@@ -428,11 +423,7 @@ impl Agent {
     /// The end of a cycle that listed its workers: the slow gangs shown, the pages owed sent,
     /// the alerts' claims settled, and this node's record published for the fleet view with the
     /// cycle's writes (see [`Cycle::publish`]).
-    async fn finish_cycle(
-        &mut self,
-        report: &CycleReport,
-        started: Instant,
-    ) -> Result<(), CoordError> {
+    async fn finish_cycle(&mut self, report: &CycleReport, started: Instant) -> Result<()> {
         self.show_slow();
         // The pages whose claim got no answer in an earlier cycle, sent once their claim is won
         // (`AlertGate::owed`).
@@ -489,7 +480,7 @@ impl Agent {
 }
 
 /// The node's record as the coordinator keeps it: this agent's last, or its predecessor's.
-async fn kept_record(ctx: &Context) -> Result<Option<crate::fleet::view::NodeRecord>, CoordError> {
+async fn kept_record(ctx: &Context) -> Result<Option<crate::fleet::view::NodeRecord>> {
     let fields = ctx.coord.hgetall(&ctx.keys.agent()).await?;
     Ok(crate::fleet::view::NodeRecord::from_fields(&fields))
 }

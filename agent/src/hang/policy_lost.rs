@@ -80,9 +80,7 @@ impl Phases {
     pub(crate) fn describe(&self) -> String {
         let [total, detection, decision, restart, recovery] =
             [self.total(), self.detection, self.decision, self.restart, self.recovery].map(exact);
-        format!(
-            "lost {total} = detection {detection} (last beat → verdict) + decision {decision} (→ restart command) + restart {restart} (→ new incarnation) + recovery {recovery} (→ first beat)"
-        )
+        format!("lost {total} = detection {detection} (last beat → verdict) + decision {decision} (→ restart command) + restart {restart} (→ new incarnation) + recovery {recovery} (→ first beat)")
     }
 }
 

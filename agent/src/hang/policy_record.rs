@@ -45,9 +45,10 @@ pub(crate) fn status_of_record(
     };
     let deadline =
         |s: &WorkerStatus| s.heartbeat.map_or(Millis::MIN, |hb| hb + allowed_silence(s, cfg));
+    // NB: `or_else`: the deadlines are added up only when no rank is in error.
     let errored = ranks.iter().find(|s| s.state == WorkerState::Error);
-    let runs_out_first = ranks.iter().filter(|s| watched(&s.state)).min_by_key(|s| deadline(s));
-    errored.or(runs_out_first).or(ranks.first()).cloned()
+    let runs_out_first = || ranks.iter().filter(|s| watched(&s.state)).min_by_key(|s| deadline(s));
+    errored.or_else(runs_out_first).or(ranks.first()).cloned()
 }
 
 /// How far ahead of the coordinator's clock a heartbeat may be before the record is taken for

@@ -13,9 +13,7 @@ impl Verdict {
             [cfg.stale_after, cfg.max_grace, cfg.stalled_after, cfg.cooldown, cfg.start_grace]
                 .map(d);
         // What a suspect and a hung worker both show.
-        let stale = format!(
-            "state not idle/error, heartbeat older than {stale_after} or its grace (at most {max_grace})"
-        );
+        let stale = format!("state not idle/error, heartbeat older than {stale_after} or its grace (at most {max_grace})");
         match self {
             Verdict::Healthy => "heartbeat fresh (within its grace), or state idle".into(),
             Verdict::Suspect => format!("{stale} (first observation)"),
@@ -26,9 +24,7 @@ impl Verdict {
             Verdict::Stalled => {
                 format!("processing, heartbeat fresh but progress unchanged for {stalled_after}")
             }
-            Verdict::Booting => format!(
-                "cooldown marker present (restarted less than {cooldown} ago) and no beat since the restart; or started less than {start_grace} ago with no record of its own yet"
-            ),
+            Verdict::Booting => format!("cooldown marker present (restarted less than {cooldown} ago) and no beat since the restart; or started less than {start_grace} ago with no record of its own yet"),
             Verdict::InMaintenance => "node has a maintenance or preemption notice".into(),
             Verdict::GpuFailed => "hung or errored on a GPU that NVML reports failed".into(),
             Verdict::TpuFailed => "hung or errored on a node whose TPU health is failed".into(),

@@ -81,34 +81,27 @@ pub struct PodGpus {
 impl PodGpus {
     /// From the kubelet's `List` answer (see the module header for the id mapping).
     pub(crate) fn from_list(list: &ListPodResourcesResponse) -> PodGpus {
-        let mut by_container = HashMap::new();
-        let mut holders = BTreeSet::new();
+        let mut out = PodGpus::default();
         for pod in &list.pod_resources {
             for c in &pod.containers {
-                let holds = c
-                    .devices
-                    .iter()
-                    .any(|d| is_accelerator(&d.resource_name) && !d.device_ids.is_empty());
-                if holds {
-                    holders.insert((pod.namespace.clone(), pod.name.clone()));
+                // The devices it was given (a resource listed with no ids gives it nothing).
+                let given = || c.devices.iter().filter(|d| !d.device_ids.is_empty());
+                if given().any(|d| is_accelerator(&d.resource_name)) {
+                    out.holders.insert((pod.namespace.clone(), pod.name.clone()));
                 }
                 // One id that names no GPU makes the whole container unknown (all GPUs), and so
                 // does none.
-                let gpus: Option<Vec<String>> = c
-                    .devices
-                    .iter()
-                    .filter(|d| d.resource_name.starts_with(GPU_RESOURCE_PREFIX))
-                    .flat_map(|d| d.device_ids.iter().map(String::as_str))
-                    .map(gpu_id)
-                    .collect();
+                let nvidia = given().filter(|d| d.resource_name.starts_with(GPU_RESOURCE_PREFIX));
+                let ids = nvidia.flat_map(|d| d.device_ids.iter().map(String::as_str));
+                let gpus: Option<Vec<String>> = ids.map(gpu_id).collect();
                 let Some(mut gpus) = gpus.filter(|g| !g.is_empty()) else { continue };
                 gpus.sort();
                 gpus.dedup();
                 let key = (pod.namespace.clone(), pod.name.clone(), c.name.clone());
-                by_container.insert(key, gpus);
+                out.by_container.insert(key, gpus);
             }
         }
-        PodGpus { by_container, holders }
+        out
     }
 
     /// The pods (namespace, name) with a container given an accelerator device.

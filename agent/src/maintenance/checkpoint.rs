@@ -48,7 +48,10 @@ impl Checkpointer {
                 );
                 results.extend(by_gang.into_iter().flatten());
                 results.extend(invalid.into_iter().map(|c| {
-                    let detail = format!("{} carries the opt-in label with a value that is not a worker id: not asked", c.display());
+                    let detail = format!(
+                        "{} carries the opt-in label with a value that is not a worker id: not asked",
+                        c.display()
+                    );
                     not_asked(c.worker.chars().take(64).collect(), Duration::ZERO, detail)
                 }));
                 return results;

@@ -65,15 +65,12 @@ pub(crate) enum DrillError {
     /// The coordinator could not be read or written.
     #[error(transparent)]
     Coord(#[from] CoordError),
-    /// The target has nobody to ask (no record, no workers, no members in the view).
+    /// Why not, said to the operator: the target has nobody to ask (no record, no workers, no
+    /// members in the view); a round or a request is open on it (a drill never competes with a
+    /// real one); or a real notice came during the drill (the workers saved for it, nothing is
+    /// recorded).
     #[error("{0}")]
-    NothingToAsk(String),
-    /// A round or a request is open on the target: a drill never competes with a real one.
-    #[error("{0}")]
-    Busy(String),
-    /// A real notice came during the drill: the workers saved for it, nothing is recorded.
-    #[error("{0}")]
-    Interrupted(String),
+    Unable(String),
 }
 
 /// Run a drill: ask, wait up to `wait` (default: the tightest maintenance budget among the
@@ -123,10 +120,8 @@ async fn claim_gang(
     }
     let label = target.label();
     let open = coord.get(&key).await?.and_then(|t| Round::decode(&t));
-    Err(DrillError::Busy(match open {
-        Some(Round { reason, by, .. }) => format!(
-            "{label} has a checkpoint round open ({reason}, opened by {by}): a drill never competes with a real round; try again when it ends"
-        ),
+    Err(DrillError::Unable(match open {
+        Some(Round { reason, by, .. }) => format!("{label} has a checkpoint round open ({reason}, opened by {by}): a drill never competes with a real round; try again when it ends"),
         None => format!("{label} has a checkpoint round open"),
     }))
 }
@@ -137,10 +132,11 @@ async fn superseded(io: &RoundIo<'_>, members: &[Asked], round: &Round) -> Resul
     for (m, rec) in members.iter().zip(&io.records(members.iter()).await?) {
         if rec.get("checkpoint_request").is_some_and(|r| !r.is_empty() && *r != round.id) {
             let reason = rec.get("checkpoint_reason").map_or("", String::as_str);
-            return Err(DrillError::Interrupted(format!(
+            let why = format!(
                 "interrupted: {} was asked for a real checkpoint ({reason}) during the drill; the workers save for it, and the drill is not recorded",
                 member_id(&m.node, &m.worker)
-            )));
+            );
+            return Err(DrillError::Unable(why));
         }
     }
     Ok(())
@@ -162,9 +158,8 @@ async fn members_of(
             let all = read_view(coord, &Keys::new(prefix, &cfg.node_name), g, any_size).await?;
             let view = gp::present(&all, now, &Timing::of(cfg));
             if view.is_empty() {
-                return Err(DrillError::NothingToAsk(format!(
-                    "gang {g} has no members in the fleet view: no agent has seen a worker of it lately (a record's `gang`, or its pod's JobSet/Job/LeaderWorkerSet labels)"
-                )));
+                let why = format!("gang {g} has no members in the fleet view: no agent has seen a worker of it lately (a record's `gang`, or its pod's JobSet/Job/LeaderWorkerSet labels)");
+                return Err(DrillError::Unable(why));
             }
             let (_, members) = asked(&cfg.node_name, &[], &view);
             Ok((members, view))
@@ -172,10 +167,11 @@ async fn members_of(
         Target::Worker { node, worker } => {
             let rec = coord.hgetall(&Keys::new(prefix, node).status(worker)).await?;
             if rec.is_empty() {
-                return Err(DrillError::NothingToAsk(format!(
+                let why = format!(
                     "worker {} has no status record: it never beat, or the node or worker id is wrong",
                     member_id(node, worker)
-                )));
+                );
+                return Err(DrillError::Unable(why));
             }
             Ok((vec![Asked { node: node.clone(), worker: worker.clone() }], Vec::new()))
         }
@@ -183,9 +179,8 @@ async fn members_of(
             let fields = coord.hgetall(&Keys::new(prefix, node).agent()).await?;
             let workers = NodeRecord::from_fields(&fields).map(|r| r.workers).unwrap_or_default();
             if workers.is_empty() {
-                return Err(DrillError::NothingToAsk(format!(
-                    "node {node} publishes no workers: its agent is not running, or no worker there opted in"
-                )));
+                let why = format!("node {node} publishes no workers: its agent is not running, or no worker there opted in");
+                return Err(DrillError::Unable(why));
             }
             let members = workers.into_keys().map(|worker| Asked { node: node.clone(), worker });
             Ok((members.collect(), Vec::new()))
@@ -208,9 +203,8 @@ async fn refuse_pending(
         if !acknowledges(rec, id) && now - at < recent {
             let reason = rec.get("checkpoint_reason").map_or("", String::as_str);
             let (who, ago) = (member_id(&m.node, &m.worker), brief(duration(now - at)));
-            return Err(DrillError::Busy(format!(
-                "{who} has a checkpoint request pending ({reason}, {ago} ago, not acknowledged): a drill never competes with a real request; try again when it is answered"
-            )));
+            let why = format!("{who} has a checkpoint request pending ({reason}, {ago} ago, not acknowledged): a drill never competes with a real request; try again when it is answered");
+            return Err(DrillError::Unable(why));
         }
     }
     Ok(())

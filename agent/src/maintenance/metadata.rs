@@ -49,6 +49,10 @@ pub(crate) const DEFAULT_HOST: &str = "metadata.google.internal";
 /// Body marker of the 503 that means "no upcoming-maintenance notice was ever received".
 const NO_NOTIFICATIONS: &str = "no notifications have been received yet";
 
+/// What a request to the metadata server gives: its answer, or the [`MetadataError`] that stopped
+/// it.
+type Result<T, E = MetadataError> = std::result::Result<T, E>;
+
 /// Why a metadata request failed. Each message says what an operator should do about it.
 #[derive(Debug, thiserror::Error, strum::IntoStaticStr)]
 #[strum(serialize_all = "kebab-case")]
@@ -136,7 +140,7 @@ impl MetadataClient {
     /// Client for `http://{host}/computeMetadata/v1/`. `host` is `name[:port]`, as in
     /// `GCE_METADATA_HOST` (a leading `http://` is tolerated). `request_timeout_extra` is the
     /// deadline of a plain read and the margin added to `timeout_sec` for a long-poll.
-    pub fn new(host: &str, request_timeout_extra: Duration) -> Result<Self, MetadataError> {
+    pub fn new(host: &str, request_timeout_extra: Duration) -> Result<Self> {
         let bad = |detail: String| MetadataError::BadHost { host: host.to_string(), detail };
         let h = host.trim();
         let h = h.strip_prefix("http://").unwrap_or(h).trim_end_matches('/');
@@ -157,10 +161,7 @@ impl MetadataClient {
     }
 
     /// Client for `metadata.host` (`GCE_METADATA_HOST`); empty = `metadata.google.internal`.
-    pub(crate) fn for_host(
-        host: &str,
-        request_timeout_extra: Duration,
-    ) -> Result<Self, MetadataError> {
+    pub(crate) fn for_host(host: &str, request_timeout_extra: Duration) -> Result<Self> {
         let host = Some(host.trim()).filter(|h| !h.is_empty()).unwrap_or(DEFAULT_HOST);
         Self::new(host, request_timeout_extra)
     }
@@ -172,7 +173,7 @@ impl MetadataClient {
 
     /// URL for `key` (relative to the base), with the long-poll parameters when `wait` is given.
     /// An empty `last_etag` is left out: the server then waits for the next change from now.
-    fn url(&self, key: &str, wait: Option<(&str, u32)>) -> Result<Url, MetadataError> {
+    fn url(&self, key: &str, wait: Option<(&str, u32)>) -> Result<Url> {
         let mut url = self.base.join(key).map_err(|e| {
             MetadataError::malformed(key, format!("cannot form a URL for the key: {e}"))
         })?;
@@ -190,11 +191,7 @@ impl MetadataClient {
     /// GET one key, e.g. `instance/maintenance-event`. With `wait = Some((last_etag,
     /// timeout_sec))` this is a long-poll; the HTTP deadline is then `timeout_sec` plus the
     /// client's slack, so the server's own timeout always answers first.
-    pub async fn get(
-        &self,
-        key: &str,
-        wait: Option<(&str, u32)>,
-    ) -> Result<Fetched, MetadataError> {
+    pub async fn get(&self, key: &str, wait: Option<(&str, u32)>) -> Result<Fetched> {
         let url = self.url(key, wait)?;
         let deadline =
             self.request_timeout_extra + Duration::from_secs(u64::from(wait.map_or(0, |(_, t)| t)));
@@ -224,7 +221,7 @@ impl MetadataClient {
 }
 
 /// The answer when its status is 200; otherwise the error its status means.
-async fn refused(key: &str, resp: reqwest::Response) -> Result<reqwest::Response, MetadataError> {
+async fn refused(key: &str, resp: reqwest::Response) -> Result<reqwest::Response> {
     let key_s = || key.to_string();
     match resp.status() {
         StatusCode::OK => Ok(resp),

@@ -257,8 +257,7 @@ impl Opportunistic {
         let Ok(Some(lease)) = taken else { return ClaimStep::Unchanged };
         self.claimed = Some(lease);
         let (idle_time, pool) = (human(idle), &self.pool);
-        ClaimStep::Claimed(format!(
-            "idle {idle_time} with {others} other healthy node(s) in pool {pool}: asking GKE to perform the maintenance now"
-        ))
+        let detail = format!("idle {idle_time} with {others} other healthy node(s) in pool {pool}: asking GKE to perform the maintenance now");
+        ClaimStep::Claimed(detail)
     }
 }

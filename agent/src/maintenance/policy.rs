@@ -138,13 +138,10 @@ pub(crate) fn maintenance_condition(st: &MaintenanceState) -> NodeCondition {
     let message = if st.phase == Phase::None {
         "no maintenance or preemption notice".to_string()
     } else {
-        format!(
-            "maintenance {} (reasons: {}; window {} – {})",
-            st.phase.as_str(),
-            st.reasons.join(","),
-            st.window_start.as_deref().unwrap_or("-"),
-            st.window_end.as_deref().unwrap_or("-"),
-        )
+        let (phase, reasons) = (st.phase.as_str(), st.reasons.join(","));
+        let start = st.window_start.as_deref().unwrap_or("-");
+        let end = st.window_end.as_deref().unwrap_or("-");
+        format!("maintenance {phase} (reasons: {reasons}; window {start} – {end})")
     };
     problem_condition(MAINTENANCE_CONDITION, Some(st.phase != Phase::None), reason, message)
 }

@@ -79,7 +79,10 @@ pub(crate) fn budget_shortfalls(
     }
     let maint = c.maintenance_budget + stop;
     if maint > MAINTENANCE_NOTICE {
-        let why = format!("Compute Engine gives {} notice before a host maintenance that terminates the VM: lower the budget", secs(MAINTENANCE_NOTICE));
+        let why = format!(
+            "Compute Engine gives {} notice before a host maintenance that terminates the VM: lower the budget",
+            secs(MAINTENANCE_NOTICE)
+        );
         out.push(over("maintenance-notice", "checkpoint.maintenance_budget", maint, why));
     }
     // The limits each worker pod sets (the preemption ones only where preemptions can come).

@@ -120,11 +120,9 @@ pub(crate) fn verdict(d: &DrillResult) -> Vec<String> {
     let fits = |what: &str, budget: f64, ok: bool| {
         format!("fits the {budget:.0} s {what} budget: {}", if ok { "yes" } else { "no" })
     };
+    let DrillResult { target, acked, asked, p50, all, .. } = d;
     let mut lines = vec![
-        format!(
-            "{}: {}/{} acknowledged; p50 {:.1} s, all {:.1} s",
-            d.target, d.acked, d.asked, d.p50, d.all
-        ),
+        format!("{target}: {acked}/{asked} acknowledged; p50 {p50:.1} s, all {all:.1} s"),
         fits("preemption", d.preemption_budget, d.fits_preemption),
         fits("maintenance", d.maintenance_budget, d.fits_maintenance),
     ];

@@ -32,7 +32,7 @@ impl Caller {
         match self {
             Caller::Loopback => "a loopback client".into(),
             Caller::Pod { pod, .. } => format!("pod {}/{}", pod.namespace, pod.name),
-            Caller::Container { id, .. } => format!("container {}", short(id)),
+            Caller::Container { id, .. } => format!("container {}", &id[..id.len().min(12)]),
             Caller::HostProcess { pid } => format!("host process {pid} (in no container)"),
         }
     }
@@ -111,10 +111,6 @@ fn is_caller(c: &Container, caller: &Caller) -> bool {
 /// Runtimes give full 64-hex ids; a short id (12) of the same container matches.
 fn same_container(listed: &str, peer: &str) -> bool {
     listed.len() >= 12 && peer.len() >= 12 && (listed.starts_with(peer) || peer.starts_with(listed))
-}
-
-fn short(id: &str) -> &str {
-    &id[..id.len().min(12)]
 }
 
 fn names(carriers: &[&Container]) -> String {

@@ -169,10 +169,7 @@ pub(crate) fn tpu_functions(sys: &Path) -> (Vec<String>, BTreeMap<String, AerCou
 
 /// The `<key> <n>` line of an AER statistics file.
 fn aer_total(text: &str, key: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(' ')?;
-        (k == key).then(|| v.trim().parse().ok())?
-    })
+    text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// Milliseconds since boot from `/proc/uptime` (`<seconds> <idle seconds>`).

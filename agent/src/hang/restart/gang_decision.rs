@@ -110,6 +110,8 @@ impl GangDecider<'_> {
         };
         let now = pass.now;
         match step {
+            // Observe mode takes no unit and counts nothing (it restarts nobody).
+            Step::Caps | Step::Count if self.ctx.cfg.dry_run => Ok(Seen::Pass),
             Step::Caps => self.take_gang_caps_or_refuse(f, now).await,
             Step::Count => self.count_gang_fruitless(f, now).await,
             Step::Claim => {
@@ -215,11 +217,8 @@ impl GangDecider<'_> {
     /// One unit of the gang's breaker for the day, then one of the fleet budget (the breaker's
     /// given back when the budget refuses or does not answer: `Caps::take`). Refused: the
     /// decision is refused as blocked — its page sent and its trail entry written (`refuse`).
-    /// Observe mode takes nothing.
+    /// Never in observe mode (`gang_step`).
     async fn take_gang_caps_or_refuse(&mut self, f: &Fresh, now: Millis) -> Result<Seen> {
-        if self.ctx.cfg.dry_run {
-            return Ok(Seen::Pass);
-        }
         // NB: both units or none (`Caps::take`), as for a worker's restart.
         let refused = match self.gang_caps().take(now).await? {
             Allowance::Granted => return Ok(Seen::Pass),
@@ -238,17 +237,14 @@ impl GangDecider<'_> {
     }
 
     /// The decision at `now` is one more restart of every member in the gang's run (a run that
-    /// progressed starts over). Observe mode restarts nobody and counts nothing. The step passes
-    /// unless the write fails.
+    /// progressed starts over). Never in observe mode, which restarts nobody (`gang_step`). The
+    /// step passes unless the write fails.
     ///
     /// NB: never given back. Should our decision's SET NX lose, the one that stands was taken
     /// without the lock (its lease expired, a failover forgot it) and counted itself in the run
     /// we read: writing the old run back would erase its count. One too many refuses one
     /// restart early; one too few lets one more through.
     async fn count_gang_fruitless(&mut self, f: &Fresh, now: Millis) -> Result<Seen> {
-        if self.ctx.cfg.dry_run {
-            return Ok(Seen::Pass);
-        }
         let beats = Beat::of_members(&f.members);
         let run = policy_fruitless::after_restart(f.run.as_ref(), &beats, now);
         let key = self.ctx.keys.gang_fruitless(&self.g.id);

@@ -342,13 +342,7 @@ fn unconfirmed_clear(ctx: &Ctx, parsed: &Parsed, clear_seen: &mut bool) -> bool 
 /// What an operator must know when the server answers but has no `maintenance-event`: the
 /// likely cause and the fix.
 pub(crate) fn blind_hint(base: &Url) -> String {
-    format!(
-        "the metadata server at {base} has no instance/maintenance-event (404): maintenance and \
-         termination notices cannot be seen (this is not \"no maintenance\"). On GKE this is the GKE \
-         metadata server of a Workload Identity node pool, which serves pods only a subset of the \
-         Compute Engine paths: run the agent with hostNetwork: true (deploy/overlays/gke) so it \
-         reaches the Compute Engine metadata server"
-    )
+    format!("the metadata server at {base} has no instance/maintenance-event (404): maintenance and termination notices cannot be seen (this is not \"no maintenance\"). On GKE this is the GKE metadata server of a Workload Identity node pool, which serves pods only a subset of the Compute Engine paths: run the agent with hostNetwork: true (deploy/overlays/gke) so it reaches the Compute Engine metadata server")
 }
 
 /// A 404 on `maintenance-event` blinds the watcher: say so once (and for `/readyz`) while it

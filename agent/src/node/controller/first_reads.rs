@@ -25,11 +25,10 @@ pub fn facts_at_start(wait: Duration) -> SharedFacts {
     std::sync::Arc::new(std::sync::RwLock::new(facts))
 }
 
-/// Until when restarts wait for the first reads, and whether the wait is over.
+/// Until when restarts wait for the first reads; `None` once the wait is over (read, or given
+/// up): nothing more to say or write.
 pub(super) struct FirstReads {
-    deadline: Instant,
-    /// The wait is over (read, or given up): nothing more to say or write.
-    over: bool,
+    deadline: Option<Instant>,
 }
 
 /// How the wait ended, to say once.
@@ -57,7 +56,7 @@ impl FirstReads {
     /// The wait `facts` started with (`facts_at_start`), or one of `wait` from `now`.
     pub(super) fn of(facts: &SharedFacts, wait: Duration, now: Instant) -> FirstReads {
         let f = facts.read().unwrap_or_else(|p| p.into_inner());
-        FirstReads { deadline: f.unread.map_or(now + wait, |u| u.until), over: false }
+        FirstReads { deadline: Some(f.unread.map_or(now + wait, |u| u.until)) }
     }
 
     /// Tell the restart path (`facts`) what it still waits for at `now`, from what the metadata
@@ -70,11 +69,9 @@ impl FirstReads {
         node_rx: Option<&NodeInfoRx>,
         now: Instant,
     ) {
-        if self.over {
-            return;
-        }
+        let Some(deadline) = self.deadline else { return };
         let (left, ended) = self.settle(metadata_read(rx), node_read(node_rx), now);
-        let left = left.map(|what| Unread { what, until: self.deadline });
+        let left = left.map(|what| Unread { what, until: deadline });
         facts.write().unwrap_or_else(|p| p.into_inner()).unread = left;
         match ended {
             Some(WaitEnded::Read) => {
@@ -95,15 +92,13 @@ impl FirstReads {
         node: bool,
         now: Instant,
     ) -> (Option<&'static str>, Option<WaitEnded>) {
-        if self.over {
-            return (None, None);
-        }
+        let Some(deadline) = self.deadline else { return (None, None) };
         let ended = match unread(metadata, node) {
             None => WaitEnded::Read,
-            Some(what) if now >= self.deadline => WaitEnded::GaveUp(what),
+            Some(what) if now >= deadline => WaitEnded::GaveUp(what),
             waiting => return (waiting, None),
         };
-        self.over = true;
+        self.deadline = None;
         (None, Some(ended))
     }
 }
@@ -114,7 +109,7 @@ mod tests {
 
     /// Waiting until `deadline` at the latest.
     fn until(deadline: Instant) -> FirstReads {
-        FirstReads { deadline, over: false }
+        FirstReads { deadline: Some(deadline) }
     }
 
     /// Every combination of the two reads, before and at the deadline: restarts wait while
