@@ -43,8 +43,12 @@ pub(crate) fn status_of_record(
     let Some(ranks) = WorkerStatus::ranks_from_fields(fields) else {
         return WorkerStatus::from_fields(fields);
     };
-    let deadline =
-        |s: &WorkerStatus| s.heartbeat.map_or(Millis::MIN, |hb| hb + allowed_silence(s, cfg));
+    // NB: saturating: a heartbeat of `1e300` seconds is read as the largest one, and its
+    // deadline then runs out last, like any other far-future rank's (an overflow here wrapped in
+    // a release build and panicked in a debug one).
+    let deadline = |s: &WorkerStatus| {
+        s.heartbeat.map_or(Millis::MIN, |hb| hb.saturating_add(allowed_silence(s, cfg)))
+    };
     // NB: `or_else`: the deadlines are added up only when no rank is in error.
     let errored = ranks.iter().find(|s| s.state == WorkerState::Error);
     let runs_out_first = || ranks.iter().filter(|s| watched(&s.state)).min_by_key(|s| deadline(s));
@@ -118,6 +122,24 @@ mod tests {
             verdict(Some(&r), &Marks::default(), NodeContext::default(), NOW, &cfg()),
             Verdict::Healthy
         );
+    }
+
+    #[test]
+    fn a_rank_beating_at_the_end_of_time_does_not_hide_a_stale_one() {
+        // Rank 0's heartbeat saturates to the largest; rank 1 went silent long ago.
+        let f: HashMap<String, String> = [
+            ("ranks", "2"),
+            ("state@0", "processing"),
+            ("heartbeat@0", "1e300"),
+            ("state@1", "processing"),
+            ("heartbeat@1", "1700000000"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let s = status_of_record(&f, &cfg()).unwrap();
+        assert_eq!(s.rank, Some((1, 2)));
+        assert_eq!(s.heartbeat, Some(1_700_000_000_000));
     }
 
     #[test]
