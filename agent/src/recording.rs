@@ -10,17 +10,14 @@ use async_trait::async_trait;
 use crate::alerts::{Alert, AlertError, AlertSink, Resolve};
 use crate::kube::node::{EventType, NodeApi, NodeDesired, NodeError};
 
-/// An alert sink that keeps every alert, and every resolve (node, worker, end).
+/// An alert sink that keeps every alert, and every resolve (worker, end).
 #[derive(Default, Clone)]
-pub struct RecordingSink(
-    pub Arc<Mutex<Vec<Alert>>>,
-    pub Arc<Mutex<Vec<(String, String, Resolve)>>>,
-);
+pub struct RecordingSink(pub Arc<Mutex<Vec<Alert>>>, pub Arc<Mutex<Vec<(String, Resolve)>>>);
 
 impl RecordingSink {
     /// The resolves the engine asked for, in order: (worker, end).
     pub fn resolved(&self) -> Vec<(String, Resolve)> {
-        self.1.lock().unwrap().iter().map(|(_, w, e)| (w.clone(), *e)).collect()
+        self.1.lock().unwrap().clone()
     }
 }
 
@@ -53,8 +50,8 @@ impl AlertSink for RecordingSink {
         open.filter(|w| !gone.contains(w)).collect::<BTreeSet<_>>().into_iter().collect()
     }
 
-    async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
-        self.1.lock().unwrap().push((node.to_string(), worker.to_string(), end));
+    async fn resolve(&self, _node: &str, worker: &str, end: Resolve) {
+        self.1.lock().unwrap().push((worker.to_string(), end));
     }
 }
 

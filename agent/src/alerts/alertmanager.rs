@@ -66,16 +66,12 @@ pub(crate) fn payload(alert: &Alert, starts_at: SystemTime, ends_at: Option<Syst
     let mut body = json!({
         "labels": labels(alert),
         "annotations": annotations,
-        "startsAt": rfc3339(starts_at),
+        "startsAt": humantime::format_rfc3339_millis(starts_at).to_string(),
     });
     if let Some(end) = ends_at {
-        body["endsAt"] = json!(rfc3339(end));
+        body["endsAt"] = json!(humantime::format_rfc3339_millis(end).to_string());
     }
     body
-}
-
-fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
 }
 
 /// An alert kept open: re-posted until its condition ends.

@@ -8,7 +8,6 @@ use tokio::sync::watch;
 use crate::accel::gpu::kubelet::follow;
 use crate::accel::gpu::model::GpuReport;
 use crate::accel::gpu::start;
-use crate::config::Config;
 use crate::http::health::Warnings;
 use crate::kube::device_taints::KubeDeviceTaints;
 
@@ -21,7 +20,17 @@ impl super::Wiring {
         warnings: Warnings,
     ) -> (watch::Receiver<GpuReport>, Option<Arc<KubeDeviceTaints>>) {
         let (cfg, stop, tracker) = (&self.cfg, &self.stop, &self.tracker);
-        let dra = if self.pods.is_some() { device_taints(cfg).await } else { None };
+        // With `gpu.device_taints` (and the pods' API): the DRA client for a failed GPU's device
+        // taint; none, with the reason logged, when it cannot be made (`gpu.taint_on_failure`'s
+        // Node taint then stands in).
+        let dra = if self.pods.is_some() && cfg.gpu.device_taints {
+            let api = KubeDeviceTaints::connect(&cfg.kubernetes.api_url, &cfg.gpu.dra_api_version);
+            let why =
+                "gpu.device_taints: no client for resource.k8s.io; failed GPUs are not tainted";
+            super::connected(cfg, api, why).await
+        } else {
+            None
+        };
         let (gpu_tx, gpu_rx) = watch::channel(GpuReport::default());
         // On Kubernetes (`gpu.kubelet_health_interval` not 0): the reader of the GPUs the kubelet
         // reports `Unhealthy` (`crate::accel::gpu::kubelet`), heard by the GPU monitor.
@@ -40,15 +49,4 @@ impl super::Wiring {
         });
         (gpu_rx, dra)
     }
-}
-
-/// With `gpu.device_taints`: the DRA client for a failed GPU's device taint (none, with the
-/// reason logged, when it cannot be made: `gpu.taint_on_failure`'s Node taint then stands in).
-async fn device_taints(cfg: &Config) -> Option<Arc<KubeDeviceTaints>> {
-    if !cfg.gpu.device_taints {
-        return None;
-    }
-    let api = KubeDeviceTaints::connect(&cfg.kubernetes.api_url, &cfg.gpu.dra_api_version).await;
-    let why = "gpu.device_taints: no client for resource.k8s.io; failed GPUs are not tainted";
-    api.map(Arc::new).inspect_err(|e| tracing::error!(error = %e, "{why}")).ok()
 }

@@ -59,7 +59,7 @@ pub(crate) use log::{LogConfig, LogFormat};
 pub(crate) use metadata::MetadataConfig;
 pub(crate) use opportunistic::OpportunisticConfig;
 pub(crate) use policy::PolicyConfig;
-pub use redis::{RedisConfig, RedisMode, RedisUrls};
+pub use redis::{RedisConfig, RedisMode};
 pub(crate) use runtime::{RuntimeConfig, RuntimeKind};
 pub(crate) use safety::{SafetyConfig, LOCK_MARGIN};
 pub(crate) use server::ServerConfig;

@@ -1,5 +1,6 @@
 //! `[redis]`: where the coordinator is (empty: embedded), how it is reached, and `redis.url`
-//! read once into the servers it names ([`RedisUrls`]), which the coordinator connects to.
+//! read once into the servers it names ([`RedisConfig::servers`]), which the coordinator connects
+//! to.
 
 use std::time::Duration;
 
@@ -49,34 +50,20 @@ pub enum RedisMode {
     Sentinel,
 }
 
-/// `redis.url` as the list of servers it names, in order: one with `mode = "single"`, the seed
-/// nodes or the Sentinels otherwise, none for the embedded coordinator. The one place the
-/// comma-separated text is split: validation and the coordinator read the same list. Its
-/// `Debug` shows the URLs redacted.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct RedisUrls(Vec<String>);
-
-impl std::fmt::Debug for RedisUrls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.0.iter().map(|u| redact::url(u))).finish()
-    }
-}
-
-impl RedisUrls {
+impl RedisConfig {
+    /// The servers `url` (`redis.url`'s text) names, in order: one with `mode = "single"`, the
+    /// seed nodes or the Sentinels otherwise, none for the embedded coordinator. The one place
+    /// the comma-separated text is split: validation and the coordinator read the same list.
     /// `redis://a:1, redis://b:2` → each URL, trimmed; empty entries are dropped. A piece
     /// without `://` is the one before it's (a raw comma in a password), as the redacted form
-    /// reads it: split apart, the password's first half went into an error unredacted.
-    pub(crate) fn parse(text: &str) -> RedisUrls {
-        let urls = redact::split_urls(text).into_iter().map(|u| u.trim().to_string());
-        RedisUrls(urls.filter(|u| !u.is_empty()).collect())
+    /// reads it: split apart, the password's first half went into an error unredacted. NB: the
+    /// URLs keep their passwords: never for an output (show `redis.url`, a [`Secret`], or
+    /// `redact::url` of one).
+    pub(crate) fn servers(url: &str) -> Vec<String> {
+        let urls = redact::split_urls(url).into_iter().map(|u| u.trim().to_string());
+        urls.filter(|u| !u.is_empty()).collect()
     }
 
-    pub(crate) fn into_vec(self) -> Vec<String> {
-        self.0
-    }
-}
-
-impl RedisConfig {
     /// Keys that fit in a hash tag, URLs the mode can use, and the mode's own settings.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let unfit = self.key_prefix.is_empty() || self.key_prefix.contains(['{', '}', ':']);
@@ -95,7 +82,7 @@ impl RedisConfig {
 
     /// As many URLs as the mode takes, each one the `redis` crate can open.
     fn validate_urls(&self) -> Result<(), ConfigError> {
-        let urls = RedisUrls::parse(self.url.expose()).into_vec();
+        let urls = Self::servers(self.url.expose());
         let why = "lists several servers: set redis.mode = \"cluster\" (Redis Cluster seed nodes) or \"sentinel\" (the Sentinels)";
         bad_if(urls.len() > 1 && self.mode == RedisMode::Single, "redis.url", why)?;
         for url in &urls {
@@ -133,17 +120,17 @@ mod tests {
 
     #[test]
     fn the_url_is_read_once_into_its_servers() {
-        assert!(RedisUrls::parse("").into_vec().is_empty());
-        assert!(RedisUrls::parse(" , ").into_vec().is_empty());
+        assert!(RedisConfig::servers("").is_empty());
+        assert!(RedisConfig::servers(" , ").is_empty());
         assert_eq!(
-            RedisUrls::parse("redis://a:1, redis://b:2,,").into_vec(),
+            RedisConfig::servers("redis://a:1, redis://b:2,,"),
             vec!["redis://a:1", "redis://b:2"]
         );
         let c = parse("[redis]\nurl = \"redis://a:1\"\n").unwrap();
-        assert_eq!(RedisUrls::parse(c.redis.url.expose()).into_vec(), ["redis://a:1"]);
+        assert_eq!(RedisConfig::servers(c.redis.url.expose()), ["redis://a:1"]);
         // A raw comma in a password stays in its URL, as the redacted form reads it.
         assert_eq!(
-            RedisUrls::parse("redis://:pa,ss@h1:6379,redis://h2").into_vec(),
+            RedisConfig::servers("redis://:pa,ss@h1:6379,redis://h2"),
             vec!["redis://:pa,ss@h1:6379", "redis://h2"]
         );
     }
@@ -161,8 +148,11 @@ mod tests {
             assert!(text.contains("redis.url"), "{text}");
             assert!(!text.contains("s3cret"), "{text}");
         }
-        let urls = RedisUrls::parse("redis://:s3cret@a:1");
-        assert_eq!(format!("{urls:?}"), "[\"redis://:***@a:1\"]");
+        // What holds the URLs, the config, shows them redacted (`Debug` included).
+        let text = "[redis]\nmode = \"cluster\"\nurl = \"redis://:s3cret@a:1,redis://:s3cret@b:2\"";
+        let shown = format!("{:?}", parse(text).unwrap().redis);
+        assert!(shown.contains("redis://:***@a:1,redis://:***@b:2"), "{shown}");
+        assert!(!shown.contains("s3cret"), "{shown}");
         // A raw comma in a cluster's password: its first half was a URL of its own once.
         let text =
             "[redis]\nmode = \"cluster\"\nurl = \"redis://:s3c,ret@a:1,redis://b:notaport\"\n";

@@ -25,7 +25,7 @@ use redis::{Cmd, FromRedisValue, IntoConnectionInfo, Pipeline, RedisFuture, Scri
 use tokio::sync::Mutex;
 
 use super::{CoordError, Result};
-use crate::config::{RedisConfig, RedisMode, RedisUrls};
+use crate::config::{RedisConfig, RedisMode};
 use crate::redact;
 
 mod commands;
@@ -127,7 +127,7 @@ impl RedisCoordinator {
     /// A Redis Cluster, from a comma-separated list of seed nodes (`redis://h1:6379,...`), its
     /// TLS verified against `ca_file` when one is given.
     pub fn cluster(urls: &str, ca_file: Option<&str>, timeout: Duration) -> Result<Self> {
-        let nodes = RedisUrls::parse(urls).into_vec();
+        let nodes = RedisConfig::servers(urls);
         let addr = format!("cluster {}", redact::urls(urls));
         let unreachable = |source| CoordError::Unreachable { addr: addr.clone(), source };
         let mut builder = ClusterClient::builder(nodes.clone())
@@ -146,7 +146,7 @@ impl RedisCoordinator {
     /// The master called `service` by the Sentinels at `urls` (comma-separated); the URLs'
     /// username, password and database are the master's too.
     pub fn sentinel(urls: &str, service: &str, timeout: Duration) -> Result<Self> {
-        let nodes = RedisUrls::parse(urls).into_vec();
+        let nodes = RedisConfig::servers(urls);
         let addr = format!("sentinel {} ({service})", redact::urls(urls));
         let unreachable = |source| CoordError::Unreachable { addr: addr.clone(), source };
         let seed = nodes.first().cloned().unwrap_or_default();

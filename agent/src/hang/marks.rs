@@ -68,7 +68,7 @@ impl Slot {
 /// incarnation, the node lock, the retry record and the episodes. Public for the fleet
 /// benchmark, which replays exactly this read.
 pub fn worker_keys(k: &Keys, worker: &str) -> Vec<String> {
-    let episodes = Episode::ALL.iter().map(|e| k.episode(worker, e.as_str()));
+    let episodes = Episode::VARIANTS.iter().map(|e| k.episode(worker, e.as_str()));
     Slot::VARIANTS.iter().map(|s| s.key(k, worker)).chain(episodes).collect()
 }
 
@@ -113,7 +113,7 @@ impl Decoded {
 /// Decode the values of a [`worker_keys`] read.
 pub(crate) fn decode(v: &[Option<String>]) -> Decoded {
     let get = |s: Slot| v.get(s as usize).cloned().flatten();
-    let episodes = Episode::ALL.iter().zip(v.iter().skip(Slot::VARIANTS.len()));
+    let episodes = Episode::VARIANTS.iter().zip(v.iter().skip(Slot::VARIANTS.len()));
     let episodes = episodes.filter(|(_, value)| value.is_some()).map(|(e, _)| *e).collect();
     let marks = Marks {
         suspect: get(Slot::Suspect).and_then(|s| {
@@ -217,7 +217,7 @@ mod tests {
                 _ if key == k.retry("w") => "inc-1:2:800".into(),
                 _ if key == k.rhythm("w") => "900|1000|8:3".into(),
                 _ if key == k.gang_line("w") => "950".into(),
-                _ if key == k.episode("w", Episode::ALL[0].as_str()) => "1".into(),
+                _ if key == k.episode("w", Episode::VARIANTS[0].as_str()) => "1".into(),
                 _ => return None,
             })
         };
@@ -231,7 +231,7 @@ mod tests {
         assert!(m.cooldown && m.escalated);
         assert_eq!(m.restarted_at, Some(700));
         assert_eq!(m.gang_line, Some(950));
-        assert_eq!(m.episodes, vec![Episode::ALL[0]]);
+        assert_eq!(m.episodes, vec![Episode::VARIANTS[0]]);
         let r = m.retry.as_ref().unwrap();
         assert_eq!((r.incident.as_str(), r.failures, r.not_before), ("inc-1", 2, 800));
         assert_eq!(encode_retry(r), "inc-1:2:800");

@@ -320,15 +320,12 @@ pub(crate) enum Episode {
     Exited,
 }
 
-impl Episode {
-    pub const ALL: &'static [Episode] = <Episode as strum::VariantArray>::VARIANTS;
-}
 as_str!(pub Episode);
 
 /// The verdict on one worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "kebab-case")]
-#[derive(Default, serde::Serialize)]
+#[derive(Default, serde::Serialize, strum::EnumString)]
 #[serde(into = "&'static str")]
 pub enum Verdict {
     /// Fresh heartbeat, or not processing: nothing to do.
@@ -364,17 +361,12 @@ pub enum Verdict {
 impl Verdict {
     pub const ALL: &'static [Verdict] = <Verdict as strum::VariantArray>::VARIANTS;
 
-    /// The verdict of a stable name ([`Verdict::as_str`]).
-    pub fn from_name(name: &str) -> Option<Verdict> {
-        Verdict::ALL.iter().copied().find(|v| v.as_str() == name)
-    }
-
     /// A verdict another agent wrote (a gang member's entry): a name this build does not know
     /// (a newer agent's) reads as `Unreachable` — neither stopped nor booting, so it blocks a
     /// gang restart rather than joining one it cannot judge.
     pub(crate) fn read_lenient<'de, D: Deserializer<'de>>(d: D) -> Result<Verdict, D::Error> {
         let name = <std::borrow::Cow<'de, str> as Deserialize>::deserialize(d)?;
-        Ok(Verdict::from_name(&name).unwrap_or(Verdict::Unreachable))
+        Ok(name.parse().unwrap_or(Verdict::Unreachable))
     }
 }
 as_str!(pub Verdict);

@@ -8,6 +8,8 @@
 //! NB: detection and remediation are bound to the *same* predicate. The verdict that raises the
 //! "hung" alert is the verdict that makes the restart due; there is no second definition of a hang.
 
+use strum::VariantArray;
+
 use crate::clock::{ms, Millis};
 use crate::config::PolicyConfig;
 pub use crate::hang::model::Verdict;
@@ -341,9 +343,9 @@ fn timer_end(v: Verdict, fine: bool, marks: &Marks) -> Option<TimerEnd> {
 /// Episodes to close (the condition ended) and to open (it began), closes first.
 fn episode_effects(v: Verdict, marks: &Marks) -> Vec<Effect> {
     // Each alert-only condition's episode is named as its verdict (`unreachable`, `gpu-failed`…).
-    let wanted = Episode::ALL.iter().copied().find(|e| e.as_str() == v.as_str());
+    let wanted = Episode::VARIANTS.iter().copied().find(|e| e.as_str() == v.as_str());
     let open = |e: &Episode| marks.episodes.contains(e);
-    let closes = Episode::ALL.iter().copied().filter(|e| open(e) && Some(*e) != wanted);
+    let closes = Episode::VARIANTS.iter().copied().filter(|e| open(e) && Some(*e) != wanted);
     let opens = wanted.filter(|e| !open(e)).map(Effect::OpenEpisode);
     closes.map(Effect::CloseEpisode).chain(opens).collect()
 }

@@ -18,7 +18,7 @@ pub(super) fn rules() -> Rules {
 /// A working member of node `n` whose last beat was at `hb`, seen by its agent at `at`.
 fn m(n: &str, verdict: &str, hb: Millis, at: Millis) -> Member {
     Member {
-        verdict: Verdict::from_name(verdict).expect("a verdict's name"),
+        verdict: verdict.parse().expect("a verdict's name"),
         heartbeat: Some(hb),
         silence: 120 * S,
         started: Some(0),
@@ -251,7 +251,7 @@ fn a_member_s_verdict_is_typed_and_a_name_this_build_does_not_know_blocks() {
     assert_eq!(why.len(), 1, "{why:?}");
     assert!(why[0].contains("unreachable"), "{why:?}");
     for &v in Verdict::ALL {
-        assert_eq!(Verdict::from_name(v.as_str()), Some(v));
+        assert_eq!(v.as_str().parse::<Verdict>(), Ok(v));
     }
 }
 

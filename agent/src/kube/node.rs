@@ -298,7 +298,7 @@ impl KubeNodeApi {
         Ok(answer.status.is_some_and(|s| s.allowed))
     }
 
-    /// Read the Node (for `vigil doctor`): its name and labels count, or the error.
+    /// Read the Node (for `vigil doctor`): `Ok` when it is readable, or the error.
     pub(crate) async fn get_node(&self, node: &str) -> Result<()> {
         self.nodes.get(node).await.map(|_| ()).map_err(|e| Call::GetNode.error(node, e))
     }

@@ -35,6 +35,8 @@ use tonic::Status;
 
 use super::cri_remediation::Remedies;
 use super::cri_sandbox::{addresses_the_pod, Sandbox};
+// The opt-in values' names, for the suites (tests/cri.rs): the agent reads them in cri_sandbox.
+#[cfg(any(test, feature = "bench"))]
 pub use super::cri_sandbox::{POD_NAME_ID, WORKER_CONTAINER_ANNOTATION};
 use super::{Container, ContainerRuntime, Result, RuntimeError};
 use crate::kube::podresources::{unix_channel, PodResourcesClient};

@@ -137,8 +137,7 @@ impl MaintenanceState {
     /// The sources as one word for the record and `vigil status`: `metadata`, `node-labels`,
     /// `metadata+node-labels`, or empty.
     pub(crate) fn sources_str(&self) -> String {
-        let names: Vec<&str> = self.sources.iter().map(|s| s.as_str()).collect();
-        names.join("+")
+        self.sources.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("+")
     }
 }
 

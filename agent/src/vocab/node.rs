@@ -140,12 +140,11 @@ pub fn slow_desired(
         return;
     }
     let slow = !named.is_empty();
-    let (reason, message) = match slow {
-        true => {
-            let lines: Vec<&str> = named.values().map(|n| n.line.as_str()).collect();
-            ("SlowGang", format!("vigil: {}", lines.join("; ")))
-        }
-        false => ("AtPace", "vigil: no slow gang names this node".to_string()),
+    let (reason, message) = if slow {
+        let lines: Vec<&str> = named.values().map(|n| n.line.as_str()).collect();
+        ("SlowGang", format!("vigil: {}", lines.join("; ")))
+    } else {
+        ("AtPace", "vigil: no slow gang names this node".to_string())
     };
     let message = truncate(&message, 1024);
     d.conditions.push(problem_condition(SLOW_CONDITION, Some(slow), reason, message));

@@ -209,8 +209,8 @@ impl WorkerApiState {
         let carrier = self.admit(peer, id, headers).await?;
         let body = read_status_body(body).await?;
         let write = status_fields(&body).map_err(|(code, why)| Answer::invalid(code, why))?;
-        let membership = carrier.as_ref().map(|c| written_membership(c, &write));
-        if let Some(why) = membership.as_ref().and_then(|m| m.unusable.clone()) {
+        let membership = carrier.map(|c| written_membership(&c, &write)).unwrap_or_default();
+        if let Some(why) = membership.unusable {
             return Err(Answer::invalid(StatusCode::BAD_REQUEST, why));
         }
         let heartbeat = rank_field("heartbeat", write.rank);
@@ -221,13 +221,10 @@ impl WorkerApiState {
         let mut answer = pending_checkpoint(&record, write.rank);
         answer.insert("heartbeat_ms".into(), Value::from(now));
         let grace = grace_warning(&write.fields, &rank_field("grace", write.rank), self.max_grace);
-        let mut warnings = Vec::from_iter(grace);
-        if let Some(m) = membership {
-            if let Some(g) = &m.gang {
-                answer.insert("gang".into(), Value::from(g.id.clone()));
-            }
-            warnings.extend(m.notes);
+        if let Some(g) = &membership.gang {
+            answer.insert("gang".into(), Value::from(g.id.clone()));
         }
+        let warnings: Vec<String> = grace.into_iter().chain(membership.notes).collect();
         if !warnings.is_empty() {
             answer.insert("warnings".into(), serde_json::json!(warnings));
         }

@@ -121,7 +121,7 @@ impl Keeper {
     /// Write the failed GPUs of `report` when they changed (a failed write is retried with the
     /// next report, logged at most once a minute).
     fn keep(&mut self, report: &GpuReport, now_ms: i64) {
-        let next = snapshot(&report.gpus, self.store.boot_id());
+        let next = snapshot(&report.gpus, &self.store.boot_id);
         if !needs_write(self.last.as_ref(), &next, now_ms) {
             return;
         }

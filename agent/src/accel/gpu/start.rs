@@ -29,9 +29,6 @@ use crate::clock::{human, ms};
 use crate::config::{GpuConfig, Switch};
 use crate::http::health::Warnings;
 
-/// The `/readyz` warning source of the GPU monitor.
-pub(crate) const WARNING_SOURCE: &str = "gpu";
-
 /// How the start-up waits; the defaults are production's, tests shrink them.
 #[derive(Debug, Clone, educe::Educe)]
 #[educe(Default)]
@@ -198,7 +195,7 @@ fn no_gpu(tx: &watch::Sender<GpuReport>, opts: &StartOptions, said: &mut bool) {
 /// Say `why` the GPUs are not watched on `/readyz`, or (`None`) that nothing stands in the way.
 fn readyz(warnings: &Option<Warnings>, why: Option<String>) {
     if let Some(w) = warnings {
-        w.set(WARNING_SOURCE, why);
+        w.set("gpu", why);
     }
 }
 

@@ -17,7 +17,8 @@ pub(crate) const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 #[derive(Debug, Clone)]
 pub struct StateStore {
     path: PathBuf,
-    boot_id: String,
+    /// The node's boot id now (empty when it could not be read).
+    pub(crate) boot_id: String,
 }
 
 impl StateStore {
@@ -37,10 +38,6 @@ impl StateStore {
     /// `boot_id_path` ([`BOOT_ID_PATH`] in production).
     pub(crate) fn from_config(state_file: &str, boot_id_path: &Path) -> Option<StateStore> {
         (!state_file.is_empty()).then(|| StateStore::new(state_file, boot_id_path))
-    }
-
-    pub(crate) fn boot_id(&self) -> &str {
-        &self.boot_id
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -88,7 +85,7 @@ mod tests {
         let boot = dir.path().join("boot_id");
         std::fs::write(&boot, "abc-123\n").unwrap();
         let store = StateStore::new(dir.path().join("sub/gpu-state.json"), &boot);
-        assert_eq!(store.boot_id(), "abc-123");
+        assert_eq!(store.boot_id, "abc-123");
         assert!(store.load().warning.is_none(), "no file yet: a clean start");
         let state = StateFile { version: VERSION, boot_id: "abc-123".into(), gpus: vec![] };
         store.write(&state).unwrap();
@@ -106,6 +103,6 @@ mod tests {
     fn an_unreadable_boot_id_keeps_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::new(dir.path().join("s.json"), &dir.path().join("nope"));
-        assert_eq!(store.boot_id(), "");
+        assert_eq!(store.boot_id, "");
     }
 }

@@ -67,7 +67,7 @@ use crate::hang::stand_down::NodeWatch;
 use crate::runtime::container::Container;
 use crate::trail::Code;
 
-pub use crate::hang::marks::{worker_keys, worker_read_keys};
+pub use crate::hang::marks::worker_read_keys;
 
 impl Skip {
     /// The trail's code for this skip.
