@@ -22,6 +22,10 @@
 // clock can drive (clippy.toml says what to use instead); a place that needs real time allows it
 // with a comment saying why.
 #![deny(clippy::disallowed_types)]
+// NB: the crate's docs are for the people who work on the agent (`cargo doc
+// --document-private-items`, docs/development.md): a module's map links the private items it is
+// made of on purpose.
+#![allow(rustdoc::private_intra_doc_links)]
 
 /// An error's cause kept whole (its own `source` chain included) whatever its type: the
 /// `source` of an error whose cause comes from any of several libraries.

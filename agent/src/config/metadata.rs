@@ -13,7 +13,7 @@ pub struct MetadataConfig {
     /// `auto` (watch; unreachable is said once and probed again with backoff), `on`, or `off`.
     #[educe(Default(expression = Switch::Auto))]
     pub(crate) enabled: Switch,
-    /// Metadata server host[:port]; env `GCE_METADATA_HOST`; empty = `metadata.google.internal`.
+    /// Metadata server `host[:port]`; env `GCE_METADATA_HOST`; empty = `metadata.google.internal`.
     pub(crate) host: String,
     /// Long-poll `timeout_sec` for each watch request.
     #[educe(Default(expression = 60))]

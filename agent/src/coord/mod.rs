@@ -267,7 +267,7 @@ impl<'a> dyn Coordinator + 'a {
         call!(self, Request::GetMany(keys.to_vec()), "MGET", Reply::Values(v) => v)
     }
 
-    /// One string key's value (`None` when absent): [`Self::get_many`] of one key.
+    /// One string key's value (`None` when absent): `get_many` of one key.
     pub async fn get(&self, key: &str) -> Result<Option<String>> {
         Ok(self.get_many(&[key.to_string()]).await?.into_iter().flatten().next())
     }
@@ -347,7 +347,7 @@ impl<'a> dyn Coordinator + 'a {
         Ok(read)
     }
 
-    /// One worker's clock, record and marks: [`Self::read_workers`] of one.
+    /// One worker's clock, record and marks: `read_workers` of one.
     pub async fn read_worker(&self, record: &str, keys: &[String]) -> Result<WorkerRead> {
         let one = WorkerKeys { record: record.into(), keys: keys.to_vec() };
         let mut read = self.read_workers(std::slice::from_ref(&one)).await?;

@@ -10,7 +10,7 @@
 //!   `kube`, and tests plug in either a fake API server (`tests/common/fake_kube.rs`) or their own
 //!   implementation.
 //!
-//! - Events go through `kube`'s events.k8s.io [`Recorder`], which counts a repeat of an Event on
+//! - Events go through `kube`'s events.k8s.io [`Recorder`](kube::runtime::events::Recorder), which counts a repeat of an Event on
 //!   the first one (`series.count`, one PATCH) instead of creating another object; see
 //!   [`KubeNodeApi`]'s `event` for how Vigil keys its recorders.
 //!

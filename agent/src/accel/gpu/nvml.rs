@@ -16,7 +16,7 @@
 //!   a driver without it answers the field with an error, read as `None`.
 //! - `nvmlDeviceGetTotalEnergyConsumption` counts millijoules since the driver last loaded.
 //!
-//! [`NvmlLoader`] and [`presence`] are the seams of the monitor's start-up: loading NVML, and
+//! [`NvmlLoader`] and [`gpus_present`] are the seams of the monitor's start-up: loading NVML, and
 //! telling "no NVIDIA GPU here" from "GPUs, but no driver yet".
 
 // NB: real time on purpose: NVML blocks, so the probe runs on its own thread, outside the async
