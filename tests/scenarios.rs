@@ -346,6 +346,37 @@ async fn ranks_that_all_beat_are_healthy_and_a_silent_one_is_not() {
     assert_eq!(v[0].verdicts[0].1, Verdict::Unreachable, "rank 1 has written nothing");
 }
 
+/// A rank whose heartbeat is milliseconds where seconds belong (decades ahead) is not hidden
+/// behind the others' beats: the container's record is invalid, alerted naming that rank, and
+/// never restarted on it; a stale rank beside it is still a hang.
+#[tokio::test]
+async fn a_rank_beating_from_the_future_is_said_and_does_not_hide_a_hang() {
+    let mut w = World::new(|_| {});
+    let from_the_future = |w: &World| {
+        let fields = [("state@1", "processing".to_string()), ("heartbeat@1", w.now().to_string())];
+        fields.map(|(k, v)| (k.to_string(), v))
+    };
+    for step in 0..5 {
+        w.beat_rank("trainer-0", 0, 2, &format!("step-{step}")).await;
+        w.store.hset(&w.keys.status("trainer-0"), &from_the_future(&w), None).await.unwrap();
+        let v = w.tick().await;
+        assert_eq!(v[0].verdicts[0].1, Verdict::Unreachable, "step {step}");
+    }
+    let unreachable = w.sink.of(AlertKind::Unreachable);
+    assert_eq!(unreachable.len(), 1, "one page for the episode");
+    assert!(unreachable[0].detail.contains("rank 1 of 2"), "{}", unreachable[0].detail);
+    assert!(unreachable[0].detail.contains("ahead of the coordinator's clock"));
+    // Rank 0 stops: a hang, restarted whatever rank 1's clock says.
+    let mut ticks = 0;
+    while w.runtime.restarts("c1") == 0 && ticks < 60 {
+        ticks += 1;
+        w.store.hset(&w.keys.status("trainer-0"), &from_the_future(&w), None).await.unwrap();
+        w.tick().await;
+    }
+    assert_eq!(w.runtime.restarts("c1"), 1, "the stale rank's container is restarted");
+    assert!(w.sink.of(AlertKind::Hung)[0].detail.contains("rank 0 of 2"));
+}
+
 /// A restarted worker that never beats is booting for the whole cooldown, as before: without a
 /// beat there is no telling a slow boot from a new hang.
 #[tokio::test]

@@ -31,23 +31,31 @@ pub(crate) fn allowed_silence(status: &WorkerStatus, cfg: &PolicyConfig) -> Mill
     ms(cfg.stale_after).max(grace)
 }
 
-/// The status a record stands for. A container of several ranks (`ranks = N`, each rank's own
-/// fields: `crate::hang::model::WorkerStatus::ranks_from_fields`) is as healthy as its worst
-/// rank — one hung rank must not hide behind the others' beats: a rank in `error`, else the
-/// watched rank whose allowed silence runs out first (one that never beat first of all), else
-/// (all idle) rank 0.
+/// The status a record stands for at `now` (the coordinator's clock). A container of several
+/// ranks (`ranks = N`, each rank's own fields:
+/// `crate::hang::model::WorkerStatus::ranks_from_fields`) is as healthy as its worst rank — one
+/// hung rank must not hide behind the others' beats: a rank in `error`, else the watched rank
+/// whose allowed silence runs out first (one that never beat first of all), else (all idle)
+/// rank 0. A rank beating from the future ([`heartbeat_from_future`]) runs out `now`: it stands
+/// for the record (then invalid, as a one-process record from the future is) unless a rank is
+/// stale.
 pub(crate) fn status_of_record(
     fields: &std::collections::HashMap<String, String>,
+    now: Millis,
     cfg: &PolicyConfig,
 ) -> Option<WorkerStatus> {
     let Some(ranks) = WorkerStatus::ranks_from_fields(fields) else {
         return WorkerStatus::from_fields(fields);
     };
-    // NB: saturating: a heartbeat of `1e300` seconds is read as the largest one, and its
-    // deadline then runs out last, like any other far-future rank's (an overflow here wrapped in
-    // a release build and panicked in a debug one).
-    let deadline = |s: &WorkerStatus| {
-        s.heartbeat.map_or(Millis::MIN, |hb| hb.saturating_add(allowed_silence(s, cfg)))
+    // NB: a rank from the future (milliseconds written where seconds belong) would otherwise run
+    // out last for ever: never found hung, its bad clock never said. Runs out `now`: after every
+    // stale rank (a hang is restarted whatever another rank's clock says), before every fresh
+    // one. Saturating: `1e300` seconds reads as the largest heartbeat (an overflow panicked a
+    // debug build).
+    let deadline = |s: &WorkerStatus| match s.heartbeat {
+        None => Millis::MIN,
+        Some(_) if heartbeat_from_future(s, now).is_some() => now,
+        Some(hb) => hb.saturating_add(allowed_silence(s, cfg)),
     };
     // NB: `or_else`: the deadlines are added up only when no rank is in error.
     let errored = ranks.iter().find(|s| s.state == WorkerState::Error);
@@ -125,21 +133,35 @@ mod tests {
     }
 
     #[test]
-    fn a_rank_beating_at_the_end_of_time_does_not_hide_a_stale_one() {
-        // Rank 0's heartbeat saturates to the largest; rank 1 went silent long ago.
-        let f: HashMap<String, String> = [
-            ("ranks", "2"),
-            ("state@0", "processing"),
-            ("heartbeat@0", "1e300"),
-            ("state@1", "processing"),
-            ("heartbeat@1", "1700000000"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        let s = status_of_record(&f, &cfg()).unwrap();
+    fn a_rank_from_the_future_stands_for_the_record_unless_another_is_stale() {
+        let two = |beat0: &str, beat1: &str| -> HashMap<String, String> {
+            let f = [("ranks", "2"), ("state@0", "processing"), ("state@1", "processing")];
+            let beats = [("heartbeat@0", beat0), ("heartbeat@1", beat1)];
+            f.iter().chain(&beats).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let fresh = (NOW / 1000 - 10).to_string();
+        let stale = (NOW / 1000 - 600).to_string();
+        // Milliseconds where seconds belong: the record is invalid, as a one-process one is.
+        let ms = NOW.to_string();
+        let s = status_of_record(&two(&fresh, &ms), NOW, &cfg()).unwrap();
         assert_eq!(s.rank, Some((1, 2)));
-        assert_eq!(s.heartbeat, Some(1_700_000_000_000));
+        assert_eq!(
+            verdict(Some(&s), &Marks::default(), NodeContext::default(), NOW, &cfg()),
+            Verdict::Unreachable
+        );
+        // A stale rank is a hang whatever the other's clock says; the end of time (`1e300`
+        // seconds, the largest heartbeat) neither overflows nor hides it.
+        for future in [ms.as_str(), "1e300"] {
+            let s = status_of_record(&two(future, &stale), NOW, &cfg()).unwrap();
+            assert_eq!(s.rank, Some((1, 2)), "{future}");
+            assert_eq!(v(Some(&s), &Marks::default()), Verdict::Suspect, "{future}");
+        }
+        // Within MAX_FUTURE (clock skew), the ahead rank is fresh: the other stands.
+        let skewed = (NOW / 1000 + 60).to_string();
+        assert_eq!(
+            status_of_record(&two(&skewed, &fresh), NOW, &cfg()).unwrap().rank,
+            Some((1, 2))
+        );
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub(super) fn status_of(
     // not UTF-8) is that worker's problem only: no record (unreachable, one alert naming the
     // key and the problem), and the cycle goes on. Only a transport failure fails closed.
     match &read.record {
-        Ok(fields) => (policy_record::status_of_record(fields, &ctx.cfg.policy), None),
+        Ok(fields) => (policy_record::status_of_record(fields, read.now, &ctx.cfg.policy), None),
         Err(detail) => {
             let key = ctx.keys.status(worker);
             (None, Some(format!("the status record {key} cannot be read: {detail}")))
