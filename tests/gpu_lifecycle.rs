@@ -338,6 +338,54 @@ async fn nvml_that_arrives_late_starts_monitoring_without_a_restart() {
     finish(thread).await;
 }
 
+/// A GPU failed before the agent restarted is failed before NVML answers, and stays failed
+/// while NVML does not load (on the driver its failure wedged, it may never): no worker on it is
+/// restarted meanwhile, and the Node keeps its taint (`failures_known`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kept_failure_holds_while_nvml_does_not_load() {
+    let node = Node::new();
+    let fake = two_gpus();
+    let a = node.agent(&fake);
+    a.wait_for("both sampled", sampled);
+    fake.inject_xid(0, 79);
+    a.wait_for("GPU 0 failed", |r| health(r, "0") == Some(GpuHealth::Failed));
+    let deadline = Instant::now() + LIMIT;
+    while !node.state_text().contains(UUID0) {
+        assert!(Instant::now() < deadline, "never written: {}", node.state_text());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    a.stop();
+
+    // The agent restarts; NVML no longer loads.
+    let warnings = Warnings::default();
+    let (tx, rx) = watch::channel(GpuReport::default());
+    let stop = CancellationToken::new();
+    let on = GpuConfig { enabled: Switch::On, ..cfg(&node.state_file()) };
+    let loader = late_loader(u32::MAX, fake, Arc::new(AtomicU32::new(0)));
+    let opts = options(node.dir.path(), &warnings);
+    let thread = spawn_start(&on, Box::new(loader), opts, tx, stop.clone());
+    let r = wait_for(&rx, "waiting", |r| r.state == GpuMonitorState::WaitingForDriver);
+    assert!(r.failures_known(), "{r:#?}");
+    assert_eq!(r.node, GpuHealth::Failed, "{:?}", r.node_reasons);
+    assert!(worker_on_failed_gpu(&r, Some(&["0".to_string()])));
+    assert!(!worker_on_failed_gpu(&r, Some(&["1".to_string()])));
+    assert!(r.node_reasons.iter().any(|s| s.contains("kept from before the agent restarted")));
+    stop.cancel();
+    finish(thread).await;
+
+    // Without a kept failure, nothing is known before NVML answers (as before).
+    node.boot("boot-2");
+    let (tx, rx) = watch::channel(GpuReport::default());
+    let stop = CancellationToken::new();
+    let loader = late_loader(u32::MAX, two_gpus(), Arc::new(AtomicU32::new(0)));
+    let opts = options(node.dir.path(), &warnings);
+    let thread = spawn_start(&on, Box::new(loader), opts, tx, stop.clone());
+    let r = wait_for(&rx, "waiting", |r| r.state == GpuMonitorState::WaitingForDriver);
+    assert!(!r.failures_known(), "{r:#?}");
+    stop.cancel();
+    finish(thread).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_without_gpus_is_not_waited_on_until_one_shows() {
     let host = tempfile::tempdir().unwrap();

@@ -314,10 +314,12 @@ impl GpuReport {
     }
 
     /// The GPUs' failures hold: NVML runs, or it hangs in a call (a failure seen before the
-    /// driver wedged is not forgotten because it stopped answering). A worker on a failed GPU
+    /// driver wedged is not forgotten because it stopped answering), or a GPU is failed before
+    /// NVML is read (kept across an agent restart: `gpu.state_file`). A worker on a failed GPU
     /// is never restarted while this holds.
     pub fn failures_known(&self) -> bool {
         matches!(self.state, GpuMonitorState::On | GpuMonitorState::NvmlHung)
+            || self.gpus.iter().any(|g| g.health == GpuHealth::Failed)
     }
 
     /// A report in `state` with no GPU.

@@ -88,8 +88,29 @@ pub fn spawn_monitor_with(
     tx: watch::Sender<GpuReport>,
     stop: CancellationToken,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
-    let run = move || run_monitor(probe, &cfg, store, &tx, &stop, kubelet);
+    let run = move || run_monitor(probe, &cfg, Kept::open(store, &cfg), &tx, &stop, kubelet);
     std::thread::Builder::new().name(THREAD.into()).spawn(run)
+}
+
+/// The failures kept across restarts (with a state file), judged: the monitor's first verdict,
+/// and its keeper of the file.
+pub(crate) struct Kept {
+    keeper: Option<Keeper>,
+    report: GpuReport,
+}
+
+impl Kept {
+    /// Read `store` (none: nothing kept) and judge what it keeps.
+    pub(crate) fn open(store: Option<StateStore>, cfg: &GpuConfig) -> Kept {
+        let (keeper, seed) = store.map(Keeper::open).unzip();
+        Kept { keeper, report: rejudge(&seed.unwrap_or_default(), cfg) }
+    }
+
+    /// What holds while NVML is not read yet, in `state`: the kept failures (a GPU failed on
+    /// this boot is failed before NVML answers, and a wedged driver is when that matters most).
+    pub(crate) fn before_nvml(&self, state: GpuMonitorState) -> GpuReport {
+        GpuReport { state, ..self.report.clone() }
+    }
 }
 
 /// The state file as the monitor keeps it: what was last written, and when.
@@ -150,7 +171,7 @@ impl Keeper {
 pub(crate) fn run_monitor(
     probe: Box<dyn GpuProbe>,
     cfg: &GpuConfig,
-    store: Option<StateStore>,
+    kept: Kept,
     tx: &watch::Sender<GpuReport>,
     stop: &CancellationToken,
     kubelet: Option<Kubelet>,
@@ -165,8 +186,7 @@ pub(crate) fn run_monitor(
         }
         // The first verdict, published: the failures kept across restarts (with a state file),
         // rejudged.
-        let (keeper, seed) = store.map(Keeper::open).unzip();
-        let report = rejudge(&seed.unwrap_or_default(), cfg);
+        let Kept { keeper, report } = kept;
         tx.send_replace(report.clone());
         Verdict { report, keeper, heard: Vec::new(), kubelet, cfg, tx }.follow(probe, stop, &calls);
         calls.lock().done = true;

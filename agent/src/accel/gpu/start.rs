@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::accel::gpu::model::{GpuMonitorState, GpuReport};
-use crate::accel::gpu::monitor::{run_monitor, Kubelet, THREAD};
+use crate::accel::gpu::monitor::{run_monitor, Kept, Kubelet, THREAD};
 use crate::accel::gpu::nvml::{gpus_present, GpuError, GpuProbe, HostPaths, NvmlLoader, NvmlProbe};
 use crate::accel::gpu::state::{StateStore, BOOT_ID_PATH};
 use crate::backoff::Backoff;
@@ -160,12 +160,15 @@ pub async fn start_with(
     let warnings = opts.warnings.clone();
     // The monitor's own thread: an error when the OS refuses one (a container at its pids limit).
     let spawned = std::thread::Builder::new().name(THREAD.into()).spawn(move || {
-        let wait = wait_for_nvml(&cfg, loader.as_mut(), &opts, &tx, &stop, said_no_gpu);
+        // NB: the failures kept across restarts hold before NVML loads (it may never, on the
+        // driver a failure wedged): published at once, and through the wait.
+        let kept = Kept::open(StateStore::from_config(&cfg.state_file, &opts.boot_id_path), &cfg);
+        tx.send_replace(kept.before_nvml(GpuMonitorState::Starting));
+        let wait = wait_for_nvml(&cfg, loader.as_mut(), &opts, &kept, &tx, &stop, said_no_gpu);
         let Some(probe) = wait else { return };
         readyz(&opts.warnings, None);
-        let store = StateStore::from_config(&cfg.state_file, &opts.boot_id_path);
         tracing::info!("GPU monitoring on");
-        run_monitor(probe, &cfg, store, &tx, &stop, opts.kubelet);
+        run_monitor(probe, &cfg, kept, &tx, &stop, opts.kubelet);
     });
     // NB: never a panic: the restart path and the Node go on without GPU health, and `/readyz`
     // and the log say why (the thread's channel is gone with its closure, so the GPU report
@@ -210,6 +213,7 @@ fn wait_for_nvml(
     cfg: &GpuConfig,
     loader: &mut NvmlLoader,
     opts: &StartOptions,
+    kept: &Kept,
     tx: &watch::Sender<GpuReport>,
     stop: &CancellationToken,
     mut said_no_gpu: bool,
@@ -233,7 +237,8 @@ fn wait_for_nvml(
                 return Some(probe);
             }
             Err(e) => {
-                publish(tx, GpuMonitorState::WaitingForDriver);
+                let waiting = kept.before_nvml(GpuMonitorState::WaitingForDriver);
+                tx.send_if_modified(|cur| std::mem::replace(cur, waiting) != *cur);
                 let why = format!(
                     "waiting for the NVIDIA driver ({e}); restarts work, GPU verdicts start when it loads"
                 );
