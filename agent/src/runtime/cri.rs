@@ -284,9 +284,12 @@ fn read_tail(path: &str) -> std::io::Result<String> {
 
 /// The host PID of a container, from the verbose status's `info` (containerd and CRI-O both
 /// put a JSON object with `pid` there).
+///
+/// NB: only a positive one: containerd says `pid: 0` for a container that exited, and `kill(0)`
+/// would signal the agent's own process group (`kill(-1)`: every process it may signal).
 fn host_pid(info: &HashMap<String, String>) -> Option<i32> {
     let v: serde_json::Value = serde_json::from_str(info.get("info")?).ok()?;
-    v.get("pid")?.as_i64().and_then(|p| i32::try_from(p).ok())
+    v.get("pid")?.as_i64().and_then(|p| i32::try_from(p).ok()).filter(|p| *p > 0)
 }
 
 #[async_trait]

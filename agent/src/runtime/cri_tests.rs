@@ -9,6 +9,11 @@ fn host_pid_comes_from_the_verbose_info() {
     assert_eq!(host_pid(&info), Some(4242));
     info.insert("info".to_string(), "not json".to_string());
     assert_eq!(host_pid(&info), None);
+    // An exited container's (containerd says 0): never signalled as a process group.
+    for pid in ["0", "-1"] {
+        info.insert("info".to_string(), format!(r#"{{"pid": {pid}}}"#));
+        assert_eq!(host_pid(&info), None, "{pid}");
+    }
 }
 
 #[test]
