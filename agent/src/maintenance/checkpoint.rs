@@ -216,4 +216,26 @@ mod tests {
             "the worker was given what was left: {took:?}"
         );
     }
+
+    /// Redis down when the node goes away: a worker asked by signal is still signalled (it may
+    /// save without its record), and the round says the request could not be written. (Its
+    /// clock's read failing once returned before the signal.)
+    #[tokio::test]
+    async fn with_redis_down_a_signal_still_reaches_the_worker() {
+        let mut cfg = Config { node_name: "gpu-1".into(), ..Config::default() };
+        cfg.checkpoint.method = crate::config::CheckpointMethod::Signal(None);
+        let runtime = FakeRuntime::default();
+        runtime.add("c1", "trainer-0");
+        let down = crate::coord::memory::Failing {
+            inner: MemoryCoordinator::new(Arc::new(SystemClock)),
+            fails: Box::new(|_| true),
+        };
+        let metrics = Arc::new(Metrics::new());
+        let asks = Checkpointer::new(&cfg, Arc::new(down), Arc::new(runtime.clone()), metrics);
+        let results = asks.request("test", Duration::from_secs(2)).await;
+        assert_eq!(runtime.signals(), vec![("c1".to_string(), "SIGUSR1".to_string())]);
+        assert_eq!(results.len(), 1, "{results:?}");
+        assert_eq!(results[0].outcome, Outcome::Failed, "{results:?}");
+        assert!(results[0].detail.starts_with("cannot write the request: "), "{results:?}");
+    }
 }

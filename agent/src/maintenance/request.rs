@@ -102,6 +102,18 @@ pub fn summary(results: &[WorkerResult]) -> String {
     format!("acked={acked} timed-out={timed_out} failed={failed}")
 }
 
+/// The request's fields in the worker's record, asked at `now` (the coordinator's clock).
+fn request_fields(id: &str, reason: &str, now: Millis) -> [(String, String); 5] {
+    [
+        ("checkpoint_request".to_string(), id.to_string()),
+        ("checkpoint_reason".to_string(), reason.to_string()),
+        ("checkpoint_requested_at".to_string(), now.to_string()),
+        ("checkpoint_ack".to_string(), String::new()),
+        // A drill's mark must not outlive it: this request is a notice's.
+        ("checkpoint_drill".to_string(), String::new()),
+    ]
+}
+
 /// Does `record` acknowledge the request `id`? Only the id itself does: in `checkpoint_ack`
 /// (the container's one process, or one speaking for all its ranks), or — for a container of
 /// several ranks (`ranks = N`) — in every rank's own `checkpoint_ack@r`.
@@ -188,22 +200,15 @@ impl Checkpointer {
         // not only the wait for the acknowledgement.
         let asked = async {
             let id = new_id();
-            let now: Millis = match self.coord.time().await {
-                Ok(t) => t,
-                Err(e) => return (Outcome::Failed, e.to_string()),
-            };
             let key = self.keys.status(&c.worker);
-            let fields = [
-                ("checkpoint_request".to_string(), id.clone()),
-                ("checkpoint_reason".to_string(), reason.to_string()),
-                ("checkpoint_requested_at".to_string(), now.to_string()),
-                ("checkpoint_ack".to_string(), String::new()),
-                // A drill's mark must not outlive it: this request is a notice's.
-                ("checkpoint_drill".to_string(), String::new()),
-            ];
-            if let Err(e) = self.coord.hset(&key, &fields, None).await {
-                // Without the record there is nothing to acknowledge into, but a signal or a
-                // POST may still let the worker save: deliver anyway, then report the failure.
+            let written = match self.coord.time().await {
+                Ok(now) => self.coord.hset(&key, &request_fields(&id, reason, now), None).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
+                // Without the record (Redis down: its clock or the write failed) there is
+                // nothing to acknowledge into, but a signal or a POST may still let the worker
+                // save: deliver anyway, then report the failure.
                 let _ = self.deliver(&method, c, &id, reason, budget).await;
                 return (Outcome::Failed, format!("cannot write the request: {e}"));
             }
