@@ -133,7 +133,7 @@ impl Pipeline<'_> {
         let w = act.case.worker();
         // A fresh clock, record and marks, in one round trip.
         let fresh = marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, w).await?;
-        let (status, _) = super::evaluate::status_of(self.ctx, w, &fresh);
+        let (status, _) = super::evaluate::status_of(self.ctx, act.case.c, &fresh);
         let (marks, now) = (marks::decode(&fresh.values).marks, fresh.now);
         self.now = now;
         // NB: by the rule the restart was due under, from the coordinator's copy of the

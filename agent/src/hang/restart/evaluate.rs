@@ -20,22 +20,30 @@ use crate::trail::Code;
 
 use super::{Act, Case, RestartPath};
 
-/// The record of a read, or why it cannot be read.
+/// The record of `c`'s worker in a read, or why it cannot be read. Its gang is the one its
+/// membership gives.
 pub(super) fn status_of(
     ctx: &Context,
-    worker: &str,
+    c: &Container,
     read: &WorkerRead,
 ) -> (Option<WorkerStatus>, Option<String>) {
     // NB: a record Redis refuses to read as a hash (a key of another type, bytes that are
     // not UTF-8) is that worker's problem only: no record (unreachable, one alert naming the
     // key and the problem), and the cycle goes on. Only a transport failure fails closed.
-    match &read.record {
-        Ok(fields) => (policy_record::status_of_record(fields, read.now, &ctx.cfg.policy), None),
+    let mut status = match &read.record {
+        Ok(fields) => policy_record::status_of_record(fields, read.now, &ctx.cfg.policy),
         Err(detail) => {
-            let key = ctx.keys.status(worker);
-            (None, Some(format!("the status record {key} cannot be read: {detail}")))
+            let key = ctx.keys.status(&c.worker);
+            return (None, Some(format!("the status record {key} cannot be read: {detail}")));
         }
+    };
+    // NB: the pod's labels win over the record, and a record names only a gang of its own
+    // namespace (`crate::hang::policy_membership`): no tenant joins another's job. The verdict
+    // and the last moment's revalidation read the same membership.
+    if let Some(s) = status.as_mut() {
+        s.gang = crate::hang::policy_membership::of_container(c, s.gang.as_ref()).gang;
     }
+    (status, None)
 }
 
 impl RestartPath<'_> {
@@ -100,12 +108,7 @@ impl RestartPath<'_> {
             decoded = marks::decode(&read.values);
         }
         let now = read.now;
-        let (mut status, invalid) = status_of(self.ctx, &c.worker, &read);
-        // NB: the pod's labels win over the record, and a record names only a gang of its own
-        // namespace (`crate::hang::policy_membership`): no tenant joins another's job.
-        if let Some(s) = status.as_mut() {
-            s.gang = crate::hang::policy_membership::of_container(c, s.gang.as_ref()).gang;
-        }
+        let (status, invalid) = status_of(self.ctx, c, &read);
         // NB: only once the new incarnation is recorded (not in the cycle that records it).
         let booting = decoded.cooldown.as_deref().filter(|_| !tracked && decoded.marks.cooldown);
         if let Some(marker) = booting {
