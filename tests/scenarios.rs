@@ -863,6 +863,12 @@ async fn two_containers_with_one_worker_id_are_never_restarted() {
     w.run_for(mins(30)).await;
     assert_eq!(w.runtime.restarts("c1") + w.runtime.restarts("c9"), 0);
     assert_eq!(w.sink.count(AlertKind::Ambiguous), 1);
+    // One of them goes: the page is resolved (a sink that keeps alerts open stops re-posting).
+    let ended = ("trainer-0".to_string(), Resolve::Episode(AlertKind::Ambiguous));
+    assert!(!w.sink.resolved().contains(&ended));
+    w.runtime.remove("c9");
+    w.tick().await;
+    assert!(w.sink.resolved().contains(&ended), "{:?}", w.sink.resolved());
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use crate::alerts::gate::AlertGate;
-use crate::alerts::{Alert, AlertKind};
+use crate::alerts::{Alert, AlertKind, Resolve};
 use crate::clock::Millis;
 use crate::coord::Result;
 use crate::hang::context::Context;
@@ -74,7 +74,18 @@ impl Roster {
         // NB: de-duplicated per node, not per agent: two agents on one node (a rolling update)
         // send one alert and write one trail entry.
         let key = dedup_key(ctx, worker);
-        if !alerts.claim(ctx.coord.as_ref(), &key, now, MARK_TTL, ctx.cfg.safety.lock_ttl).await? {
+        let claimed = match alerts
+            .claim(ctx.coord.as_ref(), &key, now, MARK_TTL, ctx.cfg.safety.lock_ttl)
+            .await
+        {
+            Ok(claimed) => claimed,
+            Err(e) => {
+                // Asked again next cycle: an episode whose claim never answered is not over.
+                self.ambiguous.remove(worker);
+                return Err(e);
+            }
+        };
+        if !claimed {
             return Ok(());
         }
         let names: Vec<_> = list.iter().map(|c| c.display()).collect();
@@ -88,9 +99,12 @@ impl Roster {
         journal.note(now, about, Code::SkippedAmbiguous, detail).await
     }
 
-    /// A worker that is no longer ambiguous: the next time it is, it is a new episode.
+    /// A worker that is no longer ambiguous: its page resolved (a sink that keeps alerts open
+    /// re-posted it until now), and the next time it is, it is a new episode.
     pub(crate) async fn unambiguous(&mut self, ctx: &Context, worker: &str) -> Result<()> {
         if self.ambiguous.remove(worker) {
+            let ended = Resolve::Episode(AlertKind::Ambiguous);
+            ctx.notifier.resolve(ctx.keys.node(), worker, ended).await;
             ctx.coord.del(&[dedup_key(ctx, worker)]).await?;
         }
         Ok(())
