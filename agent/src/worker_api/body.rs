@@ -33,6 +33,7 @@ pub(crate) struct StatusBody {
     pub(crate) grace: Option<String>,
     /// One process of a container of several (torchrun: one per GPU): its rank, 0-based. Its
     /// fields are its own (`state@3`…), and the container is as healthy as its worst rank.
+    /// Refused without `ranks`, as `ranks` is without it.
     pub(crate) rank: Option<String>,
     /// How many ranks the container runs (with `rank`).
     pub(crate) ranks: Option<String>,
@@ -99,6 +100,9 @@ fn checked_numbers(body: &StatusBody) -> Result<(Option<u32>, Option<u32>), (Sta
             return Err(bad(format!("rank {r} is not below ranks {n}")));
         }
         (None, Some(_)) => return Err(bad("ranks needs rank (this process's)")),
+        // The agent reads a rank's fields (`state@<r>`, `heartbeat@<r>`) only in a record that
+        // says how many ranks there are: without `ranks`, a 200 would store beats nothing reads.
+        (Some(_), None) => return Err(bad("rank needs ranks (how many the container runs)")),
         _ => {}
     }
     // Each field that must be a number or a gang id, the rule it breaks, and its test.
@@ -172,5 +176,21 @@ mod tests {
             assert_eq!(code, axum::http::StatusCode::BAD_REQUEST);
             assert!(why.starts_with("checkpoint_step must be a whole number"), "{why}");
         }
+    }
+
+    /// A rank without `ranks` is refused: the agent reads a record without `ranks` as one
+    /// process's, so its `state@0`/`heartbeat@0` would be stored but never read.
+    #[test]
+    fn a_rank_needs_ranks_as_ranks_needs_a_rank() {
+        for body in [&br#"{"state":"x","rank":"0"}"#[..], br#"{"state":"x","ranks":"2"}"#] {
+            let (code, why) = status_fields(body).expect_err("refused");
+            assert_eq!(code, axum::http::StatusCode::BAD_REQUEST);
+            assert!(why.contains("ranks"), "{why}");
+        }
+        let (_, why) = status_fields(br#"{"state":"x","rank":"0"}"#).expect_err("refused");
+        assert!(why.starts_with("rank needs ranks"), "{why}");
+        let w = status_fields(br#"{"state":"x","rank":"0","ranks":"1"}"#).expect("both given");
+        assert_eq!(w.rank, Some(0));
+        assert!(w.fields.contains(&("ranks".to_string(), "1".to_string())), "{:?}", w.fields);
     }
 }

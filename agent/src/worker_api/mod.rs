@@ -36,6 +36,7 @@ use crate::hang::policy_membership::{self, Membership};
 use crate::http::listen::{serve_router, Limits, Listen, Peer};
 use crate::http::procfs::Procfs;
 use crate::http::server::HEADER_READ_TIMEOUT;
+use crate::maintenance::request::acknowledges;
 use crate::metrics::Metrics;
 use crate::runtime::container::Container;
 use crate::worker_api::directory::WorkerDirectory;
@@ -370,9 +371,15 @@ fn grace_warning(fields: &[(String, String)], key: &str, max_grace: Duration) ->
 }
 
 /// The checkpoint request in a record, when it is not acknowledged yet (by this rank, for a
-/// rank's write).
+/// rank's write, or as the agent counts it acknowledged).
 fn pending_checkpoint(record: &HashMap<String, String>, rank: Option<u32>) -> Map<String, Value> {
-    let acked = |request: &String| record.get(&rank_field("checkpoint_ack", rank)) == Some(request);
+    // The agent's own rule (`acknowledges`: the container's `checkpoint_ack`, or every rank's)
+    // ends the request for every rank: once it counts it acknowledged, a rank told to save again
+    // would save for nothing. A rank's own ack ends it for that rank alone.
+    let acked = |request: &String| {
+        record.get(&rank_field("checkpoint_ack", rank)) == Some(request)
+            || acknowledges(record, request)
+    };
     if record.get("checkpoint_request").is_none_or(|r| r.is_empty() || acked(r)) {
         return Map::new();
     }

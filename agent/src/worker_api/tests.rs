@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{router, WorkerApiState, MAX_STATUS_BODY, MAX_TOKEN};
+use super::{pending_checkpoint, router, WorkerApiState, MAX_STATUS_BODY, MAX_TOKEN};
 use crate::clock::SystemClock;
 use crate::config::WorkerAuth;
 use crate::coord::memory::MemoryCoordinator;
@@ -357,6 +357,35 @@ async fn loopback_without_auth_accepts_and_bodies_are_still_checked() {
     let (code, text) = put(&api, "w", None, &big).await;
     assert_eq!(code, 413);
     assert!(text.contains(&MAX_STATUS_BODY.to_string()));
+}
+
+/// A record of `fields`, as the status hash reads back.
+fn record(fields: &[(&str, &str)]) -> std::collections::HashMap<String, String> {
+    fields.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// The agent counts a request acknowledged by the container's `checkpoint_ack` too
+/// (`acknowledges`): a rank's answer that still carried it would have that rank save again.
+#[test]
+fn a_request_the_container_acknowledged_is_pending_for_no_rank() {
+    let request = ("checkpoint_request", "r");
+    for acked in [
+        record(&[request, ("checkpoint_ack", "r")]),
+        record(&[request, ("checkpoint_ack", "r"), ("ranks", "2")]),
+        record(&[request, ("checkpoint_ack@1", "r"), ("ranks", "2")]),
+    ] {
+        assert!(pending_checkpoint(&acked, Some(1)).is_empty(), "{acked:?}");
+    }
+    // Not acknowledged: by no one, by another rank only, or by the container for an older id.
+    for pending in [
+        record(&[request]),
+        record(&[request, ("checkpoint_ack@0", "r"), ("ranks", "2")]),
+        record(&[request, ("checkpoint_ack", "older"), ("ranks", "2")]),
+    ] {
+        let answer = pending_checkpoint(&pending, Some(1));
+        let id = answer.get("checkpoint_request").and_then(|v| v.as_str());
+        assert_eq!(id, Some("r"), "{pending:?}");
+    }
 }
 
 #[path = "socket_tests.rs"]

@@ -1,7 +1,7 @@
 """The client on its own (no agent): addresses, durations, and the rules that keep a training
 loop safe: beats only from the loop, a transport error never raising into it, bounded retries,
-Retry-After, the token read afresh, an older agent without `grace`, checkpoints in the loop's
-thread, signals."""
+Retry-After, the token read afresh, an older agent without `grace` (or another optional field:
+`compute_ms`, `rank`...), checkpoints in the loop's thread, signals."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import os
 import signal
 import threading
 import time
-from typing import Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Set, Tuple
 
 import pytest
 
@@ -390,13 +390,20 @@ def test_sigterm_sets_stop_requested_and_needs_no_record(restore_signals: None) 
 # -- the worker API transport against a fake agent ------------------------------------------------
 
 class FakeAgent:
-    """An HTTP server answering like the worker API: `grace` refused as an older agent does
-    (optionally), 503 with Retry-After on demand, Authorization headers recorded."""
+    """An HTTP server answering like the worker API: `grace` (or any field of `unknown`)
+    refused as an older agent does (optionally), 503 with Retry-After on demand, Authorization
+    headers recorded; `stored`: the bodies answered 200."""
 
     def __init__(self, knows_grace: bool = True) -> None:
         self.knows_grace = knows_grace
+        #: Fields this agent predates: a body carrying one is refused, naming the first, as
+        #: serde's `deny_unknown_fields` does (agent/src/worker_api/body.rs).
+        self.unknown: Set[str] = set()
         self.unavailable = 0
         self.requests: List[Tuple[float, str, Dict[str, str], Optional[str]]] = []
+        self.stored: List[Dict[str, str]] = []
+        #: What a GET answers (the worker's record).
+        self.record: Dict[str, str] = {}
         fake = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -413,12 +420,18 @@ class FakeAgent:
                 elif "grace" in fields and not fake.knows_grace:
                     self._answer(400, "body must be JSON {...}: unknown field `grace`, expected one of "
                                       "`state`, `job`, `progress`, `checkpoint_ack` at line 1 column 9\n")
+                elif any(k in fake.unknown for k in fields):
+                    name = next(k for k in fields if k in fake.unknown)
+                    self._answer(400, 'body must be JSON {"state":..,"job":..,"progress":..} (strings): '
+                                      f"unknown field `{name}`, expected one of `state`, `job`, "
+                                      "`progress`, `checkpoint_ack`, `grace` at line 1 column 42\n")
                 else:
+                    fake.stored.append(fields)
                     self._answer(200, json.dumps({"heartbeat_ms": 1796000000000}))
 
             def do_GET(self) -> None:
                 fake.requests.append((time.monotonic(), "GET", {}, self.headers.get("Authorization")))
-                self._answer(200, "{}")
+                self._answer(200, json.dumps(fake.record))
 
             def _answer(self, code: int, text: str, headers: Optional[Dict[str, str]] = None) -> None:
                 data = text.encode()
@@ -462,6 +475,65 @@ def test_an_older_agent_without_grace_still_gets_the_beats(fake_agent: FakeAgent
     assert any(f.get("state") == "compile" for f in stored)
     assert stored[-1]["state"] == "idle"
     assert sum("does not know the 'grace' field" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_an_older_agent_without_compute_ms_still_gets_the_beats(fake_agent: FakeAgent,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """An agent that predates `compute_ms` refuses every body carrying it: the field is dropped
+    for the rest of the session (said once), the beat that carried it is stored without it, and
+    the heartbeat goes on instead of freezing (the worker would be judged hung)."""
+    fake_agent.unknown = {"compute_ms"}
+    caplog.set_level(logging.WARNING, logger="vigil_worker")
+    t = ApiTransport("w", agent=fake_agent.url)
+    with Worker("w", transport=t, interval=0.05) as w:
+        w.progress(1)
+        assert w.flush()
+        with w.compute():
+            pass
+        w.progress(2)
+        assert w.flush(5), "the beat that carried compute_ms is stored, without it"
+        for step in range(3, 6):
+            w.compute_took(7)
+            w.progress(step)
+            assert w.flush(5)
+    progress = [f.get("progress") for f in fake_agent.stored]
+    assert all(str(step) in progress for step in range(2, 6)), progress
+    assert not any("compute_ms" in f for f in fake_agent.stored)
+    assert sum("compute_ms" in f for f in fake_agent.puts()) == 1, "refused once, then never sent again"
+    assert t.unsupported == {"compute_ms"} and t.grace_supported
+    said = [r.getMessage() for r in caplog.records if "does not know the 'compute_ms' field" in r.getMessage()]
+    assert len(said) == 1, said
+    assert not any("update dropped" in r.getMessage() for r in caplog.records)
+
+
+def test_an_older_agent_without_ranks_gets_the_container_s_beats(fake_agent: FakeAgent,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """`ranks` needs `rank`: an agent that does not know `rank` gets neither, in one refusal."""
+    fake_agent.unknown = {"rank", "ranks"}
+    caplog.set_level(logging.WARNING, logger="vigil_worker")
+    t = ApiTransport("w", agent=fake_agent.url)
+    t.rank, t.ranks = 1, 2
+    t.send({"state": "processing", "progress": "1"})
+    t.send({"state": "processing", "progress": "2"})
+    assert fake_agent.stored == [{"state": "processing", "progress": "1"},
+                                 {"state": "processing", "progress": "2"}]
+    assert len(fake_agent.puts()) == 3, "one refusal, then every beat without them"
+    assert t.unsupported == {"rank", "ranks"}
+    fake_agent.record = {"checkpoint_request": "r1", "checkpoint_ack": "r1"}
+    assert t.read().checkpoint is None, "its ack is the container's now, not checkpoint_ack@1"
+    said = [r.getMessage() for r in caplog.records if "does not know the 'rank' field" in r.getMessage()]
+    assert len(said) == 1 and "'ranks'" in said[0], said
+
+
+def test_other_refusals_still_drop_the_update(fake_agent: FakeAgent) -> None:
+    """Only an optional field refused as unknown is dropped and the beat sent again: any other
+    400 (a required field unknown, a bad value) stays permanent."""
+    fake_agent.unknown = {"state"}
+    t = ApiTransport("w", agent=fake_agent.url)
+    with pytest.raises(TransportError) as refused:
+        t.send({"state": "processing"})
+    assert refused.value.status == 400 and refused.value.permanent
+    assert len(fake_agent.puts()) == 1 and not t.unsupported
 
 
 def test_retry_after_is_honoured(fake_agent: FakeAgent) -> None:

@@ -52,9 +52,17 @@ def test_a_rank_writes_its_own_fields_and_acknowledges_for_itself() -> None:
     assert ranked(fields, 2, 4) == {"state@2": "processing", "progress@2": "7", "job": "j",
                                     "heartbeat@2": "1.0", "ranks": "4"}
     assert ranked(fields, None, None) == fields
+    # The agent reads rank r's compute time from `compute_ms@r` only (as the worker API writes it).
+    assert ranked({"compute_ms": "5"}, 1, 2) == {"compute_ms@1": "5", "ranks": "2"}
     record = {"checkpoint_request": "r1", "checkpoint_ack@0": "r1"}
     assert pending_checkpoint(record, 0) is None
     assert pending_checkpoint(record, 1) is not None
+    # As the agent counts it: the container's ack (`vigil beat --checkpoint-ack`), or every rank's,
+    # ends the request for every rank.
+    assert pending_checkpoint({"checkpoint_request": "r1", "checkpoint_ack": "r1"}, 1) is None
+    every = {"checkpoint_request": "r1", "ranks": "2", "checkpoint_ack@0": "r1", "checkpoint_ack@1": "r1"}
+    assert pending_checkpoint(every, None) is None
+    assert pending_checkpoint({**every, "checkpoint_ack@1": "r0"}, None) is not None
 
 
 def test_the_worker_takes_its_rank_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,10 +12,11 @@ import http.client
 import json
 import logging
 import os
+import re
 import socket
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Set, Tuple, Union
 from urllib.parse import quote, urlsplit
 
 from ._util import status_key, valid_worker_id
@@ -98,10 +99,28 @@ class TransportError(Exception):
         self.permanent = permanent
 
 
-#: The fields that are a rank's own in a container of several ranks (``state@3``...); ``job``
-#: and ``ranks`` are the container's.
-RANK_FIELDS = ("state", "progress", "grace", "checkpoint_ack", "heartbeat")
-#: ``checkpoint_step`` is the container's, like ``job``.
+#: The fields that are a rank's own in a container of several ranks (``state@3``...); ``job``,
+#: ``gang``, ``gang_size``, ``checkpoint_step`` and ``ranks`` are the container's. The agent reads
+#: rank r's ``compute_ms`` from ``compute_ms@r`` only, as the worker API writes it.
+RANK_FIELDS = ("state", "progress", "grace", "checkpoint_ack", "compute_ms", "heartbeat")
+
+#: The fields of a beat that an older agent may not know (its body parser refuses an unknown
+#: field with a 400), and what the worker goes without when the agent does not: the worker API
+#: transport then drops the field for the rest of the session, says so once, and sends the same
+#: beat again without it, so the heartbeat goes on.
+OPTIONAL_FIELDS: Dict[str, str] = {
+    "grace": "long operations are bounded by its policy.stale_after",
+    "compute_ms": "a gang that slows down is not told which rank it waits for",
+    "checkpoint_step": "restarts are not told from the steps of the last durable checkpoint",
+    "gang": "this worker is judged and restarted on its own, not with its gang",
+    "gang_size": "the gang's size is not known to the agent",
+    "rank": "the ranks of this container write the container's one set of fields, and one hung rank may be hidden by the others' beats",
+    "ranks": "the ranks of this container are not told apart",
+}
+#: The fields that cannot go without another: dropped with it (``ranks`` needs ``rank``;
+#: ``gang_size`` is the size of ``gang``).
+_DROPPED_WITH = {"rank": ("ranks",), "ranks": ("rank",), "gang": ("gang_size",)}
+_UNKNOWN_FIELD = re.compile(rb"unknown field `([A-Za-z0-9_@]+)`")
 
 
 def rank_field(field: str, rank: Optional[int]) -> str:
@@ -120,10 +139,19 @@ def ranked(fields: Mapping[str, str], rank: Optional[int], ranks: Optional[int])
 
 
 def pending_checkpoint(record: Mapping[str, Optional[str]], rank: Optional[int] = None) -> Optional[CheckpointRequest]:
-    """The request in a status record when it is not acknowledged yet (by this rank, for a
-    rank of a container of several) — the agent's own rule."""
+    """The request in a status record when it is not acknowledged yet: by this rank (for a rank
+    of a container of several), or as the agent counts it acknowledged (the container's
+    ``checkpoint_ack``, or every rank's ``checkpoint_ack@r``) — the agent's own rule."""
     request = record.get("checkpoint_request") or ""
     if not request or record.get(rank_field("checkpoint_ack", rank)) == request:
+        return None
+    if record.get("checkpoint_ack") == request:
+        return None
+    try:
+        ranks = int(record.get("ranks") or "")
+    except ValueError:
+        ranks = 0
+    if 0 < ranks <= 32 and all(record.get(f"checkpoint_ack@{r}") == request for r in range(ranks)):
         return None
     return CheckpointRequest(
         id=request,
@@ -137,7 +165,8 @@ class Transport:
     """The interface of a transport. Subclasses implement :meth:`send` and :meth:`read`."""
 
     #: Whether the receiving end stores the ``grace`` field (an agent that predates it refuses
-    #: it; the API transport then drops it and says so once).
+    #: it; the API transport then drops it and says so once, as it does any field of
+    #: :data:`OPTIONAL_FIELDS`: see :attr:`ApiTransport.unsupported`).
     grace_supported: bool = True
     #: This process's rank in a container of several (torchrun: one per GPU), and how many
     #: there are; ``None``: the container's one process. Set by :class:`Worker`.
@@ -284,6 +313,9 @@ class ApiTransport(Transport):
             self.token_file = None
         self.timeout = timeout
         self.grace_supported = True
+        #: The fields of :data:`OPTIONAL_FIELDS` the agent refused as unknown (an older
+        #: agent): no longer sent, for the rest of the session.
+        self.unsupported: Set[str] = set()
         self._path = f"{self.agent.path if self.agent.scheme != 'unix' else ''}/v1/workers/{quote(worker_id, safe='')}/status"
         self._conn: Optional[http.client.HTTPConnection] = None
         self._lock = threading.Lock()
@@ -388,18 +420,20 @@ class ApiTransport(Transport):
                 body["ranks"] = str(self.ranks)
         if not self.grace_supported:
             body.pop("grace", None)
+        for name in self.unsupported:
+            body.pop(name, None)
         while True:
             if not body:
                 return Reply()
             status, headers, data = self._request("PUT", json.dumps(body).encode())
-            if status == 400 and "grace" in body and b"unknown field `grace`" in data:
-                # An agent that predates the grace field: long operations are then bounded by
-                # its stale_after only. Said once; the beat itself goes on without it.
-                self.grace_supported = False
-                log.warning(
-                    "vigil: the agent at %s does not know the 'grace' field (an older agent): "
-                    "long operations are bounded by its policy.stale_after", self.agent)
-                body.pop("grace")
+            unknown = self._unknown_field(status, data, body)
+            if unknown is not None:
+                # An agent that predates this field: it refuses every body that carries it, so
+                # every later beat would be refused and the worker judged hung. Dropped for the
+                # rest of the session, said once; the beat itself goes on without it.
+                self._drop_field(unknown)
+                for name in (unknown, *_DROPPED_WITH.get(unknown, ())):
+                    body.pop(name, None)
                 continue
             answer = self._check(status, headers, data)
             hb = answer.get("heartbeat_ms")
@@ -410,12 +444,34 @@ class ApiTransport(Transport):
                 warnings=tuple(str(w) for w in warnings) if isinstance(warnings, list) else (),
             )
 
+    @staticmethod
+    def _unknown_field(status: int, data: bytes, body: Mapping[str, str]) -> Optional[str]:
+        """The optional field of `body` that a 400 refused as unknown (serde's ``unknown field
+        `compute_ms`, expected one of ...``), or ``None``: any other answer stands."""
+        if status != 400:
+            return None
+        match = _UNKNOWN_FIELD.search(data)
+        name = match.group(1).decode() if match else ""
+        return name if name in OPTIONAL_FIELDS and name in body else None
+
+    def _drop_field(self, name: str) -> None:
+        dropped = [name, *(f for f in _DROPPED_WITH.get(name, ()) if f not in self.unsupported)]
+        self.unsupported.update(dropped)
+        if name == "grace":
+            self.grace_supported = False
+        also = f" (and {', '.join(repr(f) for f in dropped[1:])} with it)" if len(dropped) > 1 else ""
+        log.warning(
+            "vigil: the agent at %s does not know the '%s' field (an older agent): beats go on "
+            "without it%s; %s", self.agent, name, also, OPTIONAL_FIELDS[name])
+
     def read(self) -> Reply:
         status, headers, data = self._request("GET", None)
         if status == 404:
             return Reply()
         record = self._check(status, headers, data)
-        return Reply(checkpoint=pending_checkpoint({k: _str(v) for k, v in record.items()}, self.rank))
+        # An agent that does not know `rank` stored this rank's ack as the container's.
+        rank = None if "rank" in self.unsupported else self.rank
+        return Reply(checkpoint=pending_checkpoint({k: _str(v) for k, v in record.items()}, rank))
 
     def close(self) -> None:
         with self._lock:
