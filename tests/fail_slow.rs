@@ -339,6 +339,28 @@ async fn the_node_a_slow_gang_waits_for_shows_vigil_slow_and_its_opted_in_taint(
     assert_eq!(g.restarts(), 0);
 }
 
+/// Observe mode by SIGHUP (`dry_run = true`) takes the slow taint off the Node at the next tick,
+/// as it stops the restarts; out of it again, the taint is back. (The controller once kept its
+/// start-up configuration: the taint stayed on, evicting pods, in observe mode.)
+#[tokio::test]
+async fn a_reload_to_observe_mode_takes_the_slow_taint_off() {
+    let mut g = Gang::build(true, true);
+    let running = g.fleet.nodes[2].cfg.clone();
+    let (reload, rx) = tokio::sync::watch::channel(running.clone());
+    let agent = g.fleet.nodes[2].agents.remove(0).with_reload(rx);
+    g.fleet.nodes[2].agents.insert(0, agent);
+    g.run(1.0, 20 * 60, even, false).await;
+    g.run(0.7, 8 * 60, rank_2_slow, false).await;
+    assert!(g.slow_nodes().await[2].2, "named and tainted");
+    reload.send_replace(vigil::config::Config { dry_run: true, ..running.clone() });
+    g.run(0.7, POLL.as_secs(), rank_2_slow, false).await;
+    let shown = g.slow_nodes().await;
+    assert_eq!((shown[2].0.as_str(), shown[2].2), ("True", false), "{}", shown[2].1);
+    reload.send_replace(running);
+    g.run(0.7, POLL.as_secs(), rank_2_slow, false).await;
+    assert!(g.slow_nodes().await[2].2, "tainted again");
+}
+
 /// The fake NVML behind the real monitor thread: node 2's GPU starts retrying its PCIe link and
 /// its NVLinks while the gang slows (no rank publishes `compute_ms`): the rising counters name
 /// rank 2, and another node's busy GPU at full clock names nothing.

@@ -257,7 +257,8 @@ impl Fleet {
             )
             .with_node_api(Arc::new(node.node_api.clone()))
             .with_facts(node.facts.clone())
-            .with_slow_named(slow_rx);
+            .with_slow_named(slow_rx)
+            .with_dry_run(agent.dry_run());
             node.agents.insert(0, agent);
             node.controller = Some(controller);
         }

@@ -152,6 +152,7 @@ pub(crate) async fn run(cfg: Config, path: Option<PathBuf>, dry_run: bool) -> Re
     .with_pod_witnesses(w.pods.clone(), crate::runtime::devices(&w.cfg))
     .with_tpu(tpu_rx)
     .with_slow_named(slow_rx)
+    .with_dry_run(agent.dry_run())
     .with_node_info(node_rx, node_reader)
     .with_notifier(Notifier::new(w.sink.clone(), w.metrics.clone()));
     if let Some(api) = node_api(&w.cfg).await {

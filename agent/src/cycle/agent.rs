@@ -60,6 +60,9 @@ pub struct Agent {
     roster: Roster,
     /// New configurations from SIGHUP.
     reload: Option<watch::Receiver<Config>>,
+    /// `dry_run` as this agent runs it (a SIGHUP's, once accepted), for the node controller
+    /// ([`Agent::dry_run`]).
+    dry_run: watch::Sender<bool>,
     /// The GPU report of this cycle.
     gpu: GpuReport,
     /// The node record, re-published by the heartbeat task between cycles.
@@ -167,6 +170,7 @@ impl Agent {
             outages: Outages::new(cfg.poll_interval),
             roster: Roster::default(),
             reload: None,
+            dry_run: watch::channel(cfg.dry_run).0,
             gpu: GpuReport::default(),
             record: Default::default(),
             cycle: Cycle::default(),
@@ -187,6 +191,12 @@ impl Agent {
     /// The decision trail this agent writes.
     pub fn trail(&self) -> Trail {
         self.journal.trail.clone()
+    }
+
+    /// `dry_run` as this agent runs it: the node controller's taints follow a SIGHUP's change
+    /// once the cycle accepted it (an invalid configuration changes nothing).
+    pub fn dry_run(&self) -> watch::Receiver<bool> {
+        self.dry_run.subscribe()
     }
 
     /// Share the maintenance controller's view of the node.
@@ -221,7 +231,7 @@ impl Agent {
     }
 
     /// Receive new configurations (SIGHUP reloads).
-    pub(crate) fn with_reload(mut self, rx: watch::Receiver<Config>) -> Self {
+    pub fn with_reload(mut self, rx: watch::Receiver<Config>) -> Self {
         self.reload = Some(rx);
         self
     }
@@ -236,6 +246,7 @@ impl Agent {
         if let Some(cfg) = reloaded.and_then(|new| reload::merge(&self.ctx.cfg, new)) {
             self.ctx.metrics.cycle.set_dry_run(cfg.dry_run);
             self.journal.trail.dry_run = cfg.dry_run;
+            self.dry_run.send_replace(cfg.dry_run);
             tracing::info!(dry_run = cfg.dry_run, "config reloaded");
             self.ctx.cfg = cfg;
         }

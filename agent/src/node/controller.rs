@@ -82,6 +82,8 @@ pub struct Controller {
     tpu_rx: Option<watch::Receiver<TpuReport>>,
     /// The slow gangs naming a member of this node, from the cycle (`gang.pace`).
     slow_rx: Option<watch::Receiver<crate::vocab::node::SlowNamed>>,
+    /// `dry_run` as the cycle runs it (a SIGHUP changes it: see [`Controller::with_dry_run`]).
+    dry_run_rx: Option<watch::Receiver<bool>>,
     /// The state the node acts on: the two sources' merged.
     state: MaintenanceState,
     /// The metadata server's state alone (the Node labels' is the last read Node's: see
@@ -127,6 +129,7 @@ impl Controller {
             tpu: HealthTracker::default(),
             tpu_rx: None,
             slow_rx: None,
+            dry_run_rx: None,
             facts: SharedFacts::default(),
             state: MaintenanceState::default(),
             metadata_state: MaintenanceState::default(),
@@ -139,6 +142,25 @@ impl Controller {
             notifier: None,
             metrics,
             cfg,
+        }
+    }
+
+    /// Follow the cycle's `dry_run` (`crate::cycle::agent::Agent::dry_run`): a SIGHUP to
+    /// observe mode takes the slow taint off and makes the device taints `None` at once, as
+    /// the restarts stop (and back).
+    pub fn with_dry_run(mut self, rx: watch::Receiver<bool>) -> Self {
+        self.dry_run_rx = Some(rx);
+        self
+    }
+
+    /// `dry_run` as the cycle now runs it, for the Node's taints and the trail.
+    fn follow_dry_run(&mut self) {
+        let Some(rx) = self.dry_run_rx.as_mut() else { return };
+        if rx.has_changed().unwrap_or(false) {
+            let dry_run = *rx.borrow_and_update();
+            self.cfg.dry_run = dry_run;
+            self.node.set_dry_run(dry_run);
+            self.trail.dry_run = dry_run;
         }
     }
 
@@ -332,6 +354,7 @@ impl Controller {
     /// state, not wait for the next change), the DRA device taints are due their periodic look,
     /// or the slow gangs naming this node changed; then opportunistic maintenance.
     pub async fn tick(&mut self) {
+        self.follow_dry_run();
         let slow = self.take_slow().await;
         if self.node.stale || self.node.device_taints_due() || slow {
             self.node.publish().await;
@@ -387,6 +410,7 @@ impl Controller {
             // What of the node is read so far: restarts wait for the rest (`first_reads`). NB: a
             // closed metadata channel counts as read (`rx` is `None` then).
             reads.observe(&self.facts, rx.as_ref(), node_rx.as_ref(), Instant::now());
+            self.follow_dry_run();
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = term.cancelled() => {

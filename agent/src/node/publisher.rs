@@ -83,6 +83,17 @@ impl NodePublisher {
         NodePublisher { api, device_taints, device_checked, cfg, metrics, view, stale: false }
     }
 
+    /// Run in observe mode (`dry_run`) or not from now on (a SIGHUP): the Node and the device
+    /// taints are written again at the next tick (the slow taint comes off or goes on; a
+    /// device's rule takes its `None` or `NoSchedule` effect).
+    pub(crate) fn set_dry_run(&mut self, dry_run: bool) {
+        if self.cfg.dry_run != dry_run {
+            self.cfg.dry_run = dry_run;
+            self.stale = true;
+            self.device_checked = None;
+        }
+    }
+
     /// Make the Node show the view (no write when it already does); with device taints, the
     /// failed GPUs' DRA devices first.
     pub(crate) async fn publish(&mut self) {
