@@ -1,10 +1,11 @@
 //! Publishing an accelerator's health, one path for every kind: [`HealthTracker`] keeps what the
-//! Node shows and says when a new report is worth showing (a change of health at once, a change
-//! of reasons only — counts of XIDs, ECC or device errors — at most once a minute, so an error
-//! storm does not patch the Node on every event); the node controller's `apply` folds any kind's
-//! report into the Node, the trail, an Event and, on failure, an alert
-//! (`crate::node::controller::health`). A kind is its report's [`Accelerator`] impl (pure, with its
-//! row of names) and its [`Tracked`] impl here (its alert, trail code and metrics).
+//! Node shows and says when a new report is worth showing (a change of health or of a headline
+//! fact — which GPUs failed, how many chips are present — at once, a change of reasons only —
+//! counts of XIDs, ECC or device errors — at most once a minute, so an error storm does not patch
+//! the Node on every event); the node controller's `apply` folds any kind's report into the Node,
+//! the trail, an Event and, on failure, an alert (`crate::node::controller::health`). A kind is
+//! its report's [`Accelerator`] impl (pure, with its row of names) and its [`Tracked`] impl here
+//! (its alert, trail code and metrics).
 
 // NB: real time on purpose: the reason-only updates of the Node are throttled on real time.
 #![allow(clippy::disallowed_types)]
@@ -85,7 +86,7 @@ impl<A: Tracked> HealthTracker<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accel::gpu::model::{GpuMonitorState, GpuReport};
+    use crate::accel::gpu::model::{GpuMonitorState, GpuReport, GpuStatus};
     use crate::accel::tpu::model::{TpuHealth, TpuReport};
 
     fn gpu(state: GpuMonitorState, node: Health, reasons: &[&str]) -> GpuReport {
@@ -111,6 +112,44 @@ mod tests {
         let more = gpu(GpuMonitorState::On, Health::Failed, &["GPU 0: XID 79 ×2"]);
         assert!(t.fold(more, &m).is_none());
         assert_eq!(t.report().node_reasons, ["GPU 0: XID 79"]);
+    }
+
+    /// A failed node's report of four GPUs, UUIDs `GPU-<index>`, those of `failed` failed.
+    fn failed_gpus(failed: &[u32], reasons: &[&str]) -> GpuReport {
+        let gpus = (0..4).map(|i| GpuStatus {
+            index: i,
+            uuid: format!("GPU-{i}"),
+            health: if failed.contains(&i) { Health::Failed } else { Health::Healthy },
+            ..GpuStatus::default()
+        });
+        GpuReport { gpus: gpus.collect(), ..gpu(GpuMonitorState::On, Health::Failed, reasons) }
+    }
+
+    #[test]
+    fn another_gpu_failing_shows_at_once_though_the_health_is_the_same() {
+        let m = Metrics::new();
+        let mut t = HealthTracker::<GpuReport>::default();
+        t.seed(failed_gpus(&[0], &["GPU 0: XID 79"]), &m);
+        let both = ["GPU 0: XID 79", "GPU 3: XID 79"];
+        let c = t.fold(failed_gpus(&[0, 3], &both), &m).expect("GPU 3's failure shows at once");
+        assert_eq!(c.prev, Some(Health::Failed));
+        assert_eq!(t.report().node_reasons, both);
+        // The same GPUs failed, other reasons: a recount, held for the minute as before.
+        let more = failed_gpus(&[0, 3], &["GPU 0: XID 79 ×2", "GPU 3: XID 79"]);
+        assert!(t.fold(more, &m).is_none());
+        assert_eq!(t.report().node_reasons, both);
+        // A GPU is its UUID: renumbered by a driver reload, it is the same failed GPU.
+        let mut renumbered = failed_gpus(&[0, 3], &both);
+        renumbered.gpus[3].index = 7;
+        assert!(!renumbered.differs(t.report()));
+        // Without a UUID, a GPU is its index.
+        let (mut a, mut b) = (failed_gpus(&[0], &[]), failed_gpus(&[1], &[]));
+        for g in a.gpus.iter_mut().chain(b.gpus.iter_mut()) {
+            g.uuid.clear();
+        }
+        assert!(a.differs(&b));
+        // One recovering while another stays failed shows at once too (its device untainted).
+        assert!(failed_gpus(&[3], &[]).differs(t.report()));
     }
 
     #[test]

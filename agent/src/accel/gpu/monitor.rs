@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::accel::clock_ms;
 use crate::accel::gpu::model::{GpuMonitorState, GpuReport, GpuSample, XidEvent};
 use crate::accel::gpu::nvml::GpuProbe;
-use crate::accel::gpu::policy::{rejudge, update};
+use crate::accel::gpu::policy::{rejudge, update, update_xids};
 use crate::accel::gpu::policy_episode::ended;
 use crate::accel::gpu::policy_kubelet::{hear, new_reports, KubeletReport};
 use crate::accel::gpu::policy_state::{needs_write, snapshot, Restored, StateFile};
@@ -165,7 +165,8 @@ impl Keeper {
 /// changed even when the verdict is the same): the samples feed the temperature / power / ECC
 /// metrics, and a reader waiting on `changed()` refreshes them. XID events are folded in and
 /// published the moment they arrive, between samples, so a hardware failure does not wait for the
-/// next sample; XID 154 (the driver changed its recovery action) brings the next sample forward.
+/// next sample (they are no reading: a GPU absent from the last sample is not counted absent
+/// again); XID 154 (the driver changed its recovery action) brings the next sample forward.
 /// A failed read publishes nothing and is not read as "every GPU is gone": the last verdict
 /// stands, and the error is logged at most once a minute.
 pub(crate) fn run_monitor(
@@ -284,13 +285,17 @@ impl Verdict<'_> {
         self.tx.send_if_modified(|cur| std::mem::replace(cur, next) != *cur || always);
     }
 
-    /// Fold observations in, log the episodes begun and ended and the failures cleared, keep
-    /// the failures, publish: every sample (its readings feed the metrics), XIDs when they
-    /// change the report.
-    fn fold(&mut self, samples: &[GpuSample], xids: &[XidEvent]) {
-        let next = update(&self.report, samples, xids, clock_ms(), self.cfg);
+    /// Fold observations in (`samples`: a new reading; `None`: XIDs between readings), log the
+    /// episodes begun and ended and the failures cleared, keep the failures, publish: every
+    /// sample (its readings feed the metrics), XIDs when they change the report.
+    fn fold(&mut self, samples: Option<&[GpuSample]>, xids: &[XidEvent]) {
+        let now = clock_ms();
+        let next = match samples {
+            Some(s) => update(&self.report, s, xids, now, self.cfg),
+            None => update_xids(&self.report, xids, now, self.cfg),
+        };
         log_changes(&self.report, &next);
-        self.set(next, xids.is_empty());
+        self.set(next, samples.is_some());
     }
 
     /// Hear the kubelet's reports when they changed (read between waits, each at most
@@ -314,7 +319,6 @@ impl Verdict<'_> {
     /// The monitor loop proper (blocking), its NVML calls under the watchdog's eye: the verdict
     /// followed and published until `stop`.
     fn follow(mut self, mut probe: Box<dyn GpuProbe>, stop: &CancellationToken, calls: &Calls) {
-        let mut samples: Vec<GpuSample> = Vec::new();
         let (mut sample_errors, mut xid_errors) = (Throttled::default(), Throttled::default());
         let mut next_sample = Instant::now();
         while !stop.is_cancelled() {
@@ -322,8 +326,7 @@ impl Verdict<'_> {
                 match calls.run("reading the GPUs", &self, || probe.sample()) {
                     Ok(s) => {
                         sample_errors.ok("GPUs readable again");
-                        samples = s;
-                        self.fold(&samples, &[]);
+                        self.fold(Some(s.as_slice()), &[]);
                     }
                     Err(e) => {
                         sample_errors.warn("cannot read the GPUs; the last GPU verdict stands", &e)
@@ -345,7 +348,7 @@ impl Verdict<'_> {
                     if xids.iter().any(|x| x.xid == RECOVERY_ACTION_CHANGED) {
                         next_sample = Instant::now();
                     }
-                    self.fold(&samples, &xids);
+                    self.fold(None, &xids);
                 }
                 Err(e) => {
                     xid_errors.warn("cannot wait for GPU XID events", &e);

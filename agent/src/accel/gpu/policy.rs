@@ -57,11 +57,39 @@ pub(crate) fn update(
     now_ms: i64,
     cfg: &GpuConfig,
 ) -> GpuReport {
+    fold(prev, Some(samples), xids, now_ms, cfg)
+}
+
+/// Fold XID events that arrived between samples into the report: as [`update`] with no new
+/// reading, so no GPU is counted absent and no failure is held against the sample again.
+///
+/// NB: XID batches come up to once a second. Were each to count the GPUs absent from the last
+/// sample, one failed read of one GPU during an XID storm on another would make it `missing`
+/// (failed, the Node tainted) within seconds; a missed read is counted once, by its sample.
+pub(crate) fn update_xids(
+    prev: &GpuReport,
+    xids: &[XidEvent],
+    now_ms: i64,
+    cfg: &GpuConfig,
+) -> GpuReport {
+    fold(prev, None, xids, now_ms, cfg)
+}
+
+/// [`update`], or [`update_xids`] when `samples` is `None`.
+fn fold(
+    prev: &GpuReport,
+    samples: Option<&[GpuSample]>,
+    xids: &[XidEvent],
+    now_ms: i64,
+    cfg: &GpuConfig,
+) -> GpuReport {
     let overrides = cfg.xid_overrides();
     // The report carried forward (the clearings, the episodes' numbering, the latest begun), its
     // GPUs merged with the samples; every other field is set again by `judged`.
     let mut r = prev.clone();
-    merge_samples(&mut r, samples);
+    if let Some(samples) = samples {
+        merge_samples(&mut r, samples);
+    }
     for g in r.gpus.iter_mut().filter(|g| !g.missing) {
         let before = prev.gpus.iter().find(|p| same(p, g.index, &g.uuid));
         policy_slow::follow_rises(g, before.map(|p| &p.sample), now_ms);
@@ -93,7 +121,9 @@ pub(crate) fn update(
         policy_episode::expire(g, now_ms, th);
         g.recent_xids.retain(|&(_, at)| now_ms - at <= window);
         g.recent_xids.drain(..g.recent_xids.len().saturating_sub(MAX_RECENT_XIDS));
-        if !g.missing {
+        // Without a new sample there is nothing new to follow; and a failure kept from the state
+        // file must keep its marks untrusted until this process has read the GPU.
+        if samples.is_some() && !g.missing {
             follow_hardware(g, &mut r.cleared);
         }
     }

@@ -3,7 +3,9 @@
 //! accelerator rules (`crate::accel::policy::Accelerator`), the `VigilGPUUnhealthy` condition and
 //! the line for a wedged driver.
 
-use crate::accel::gpu::model::{GpuMonitorState, GpuReport};
+use std::collections::BTreeSet;
+
+use crate::accel::gpu::model::{GpuMonitorState, GpuReport, GpuStatus};
 use crate::accel::model::Health;
 use crate::accel::policy::{verdict_condition, Accelerator, Names};
 use crate::vocab::node::{problem_condition, NodeCondition, GPU_CONDITION, GPU_FAILED_TAINT};
@@ -40,9 +42,11 @@ impl Accelerator for GpuReport {
         Some(gpu_condition(self))
     }
     // NB: the monitor's state too (starting → no GPU → waiting for the driver): the condition's
-    // reason says which.
+    // reason says which. And which GPUs failed: a second GPU failing leaves the node's health as
+    // it was, yet its DRA device's taint, its reason on the Node and its trail entry must not
+    // wait out the minute that holds back a storm's recounted reasons.
     fn differs(&self, other: &Self) -> bool {
-        self.state != other.state || self.node != other.node
+        self.state != other.state || self.node != other.node || failed(self) != failed(other)
     }
     // NB: a GPU's health is shown from the start (healthy until told otherwise), so a monitor
     // that comes up healthy is no Event.
@@ -59,6 +63,21 @@ impl Accelerator for GpuReport {
             _ if self.node_reasons.is_empty() => format!("GPU health {was} → {now}"),
             _ => format!("GPU health {was} → {now}: {}", self.node_reasons.join("; ")),
         }
+    }
+}
+
+/// The failed GPUs of `report`, each by its [`identity`].
+fn failed(report: &GpuReport) -> BTreeSet<(&str, Option<u32>)> {
+    report.gpus.iter().filter(|g| g.health == Health::Failed).map(identity).collect()
+}
+
+/// A GPU as the policy tells GPUs apart: by UUID (a driver reload may renumber the indices), by
+/// index when it has none.
+fn identity(g: &GpuStatus) -> (&str, Option<u32>) {
+    if g.uuid.is_empty() {
+        ("", Some(g.index))
+    } else {
+        (g.uuid.as_str(), None)
     }
 }
 

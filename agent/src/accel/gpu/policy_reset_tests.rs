@@ -251,6 +251,25 @@ fn across_an_agent_restart_counters_count_only_with_persistence_mode() {
     assert_eq!(r.cleared.len(), 1);
 }
 
+/// XIDs that arrive before the first sample (the first read failed) are no reading of the GPU:
+/// a failure kept from the state file keeps its marks untrusted, and its GPU is not counted absent.
+#[test]
+fn xids_before_the_first_sample_read_no_counters() {
+    let cfg = cfg();
+    let marks = ResetMarks { ecc_volatile_uncorrected: Some(2), ..ResetMarks::default() };
+    let mut r = rejudge(&kept(marks), &cfg);
+    for i in 0..MISSING_ROUNDS {
+        r = update_xids(&r, &[xid(0, 13)], T0 + i64::from(i), &cfg);
+    }
+    let g = r.gpu("GPU-0").expect("kept");
+    assert!(!g.missing && g.missing_rounds == 0, "no read, nothing missed");
+    assert_eq!(g.failure.as_ref().map(|f| f.action), Some(XidAction::ResetGpu));
+    // No persistence mode: a count below the file's is the driver reloaded, not a reset.
+    let r = update(&r, &[sample(0)], &[], T0 + 10, &cfg);
+    assert!(r.cleared.is_empty(), "{:?}", r.cleared);
+    assert_eq!(r.node, GpuHealth::Failed);
+}
+
 #[test]
 fn a_kept_lost_gpu_is_missing_until_listed_again() {
     let cfg = cfg();

@@ -272,6 +272,34 @@ fn missing_gpu_is_failed_and_keeps_its_last_sample() {
     assert_eq!(r.cleared[0].gpu, "GPU 1 (GPU-1)");
 }
 
+/// XIDs between samples are no reading: one sample without GPU 1 (its UUID read failing once)
+/// followed by an XID storm on GPU 0, a batch a second, must not make GPU 1 missing.
+#[test]
+fn xid_batches_are_not_missed_reads() {
+    let cfg = cfg();
+    let r = update(&GpuReport::default(), &[sample(0), sample(1)], &[], T0, &cfg);
+    let mut r = update(&r, &[sample(0)], &[], T0 + 1, &cfg);
+    for i in 1..=MISSING_ROUNDS {
+        r = update_xids(&r, &[xid(0, 13)], T0 + i64::from(i) * 1000, &cfg);
+    }
+    let g = r.gpu("GPU-1").expect("still listed");
+    assert!(!g.missing, "XID batches counted as missed reads");
+    assert_eq!(g.missing_rounds, 1, "the one sample that missed it");
+    assert_eq!(g.health, GpuHealth::Healthy);
+    assert_eq!(r.node, GpuHealth::Healthy);
+    // The XIDs themselves were folded in.
+    let g0 = r.gpu("GPU-0").expect("GPU 0");
+    assert_eq!(g0.xid_counts.get(&13).copied(), Some(u64::from(MISSING_ROUNDS)));
+    // The rule is unchanged: samples without GPU 1, MISSING_ROUNDS in all, make it missing.
+    for i in 1..MISSING_ROUNDS {
+        assert!(r.gpu("GPU-1").is_some_and(|g| !g.missing), "after {i} sample(s)");
+        r = update(&r, &[sample(0)], &[], T0 + 10_000 + i64::from(i), &cfg);
+    }
+    let g = r.gpu("GPU-1").expect("still listed");
+    assert!(g.missing);
+    assert_eq!(g.health, GpuHealth::Failed);
+}
+
 #[test]
 fn never_seen_gpus_are_not_missing() {
     let r = update(&GpuReport::default(), &[], &[], T0, &cfg());
