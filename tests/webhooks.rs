@@ -1,5 +1,6 @@
 //! Webhook formats against a local HTTP sink: Slack (the default), PagerDuty Events v2 (trigger
-//! with the incident as dedup key, then resolve when the incident ends) and generic JSON, each
+//! with the incident's key, a page's own key, then resolve both when the incident ends) and
+//! generic JSON, each
 //! with the extra headers; and a config's secrets (routing key, header values) never shown.
 
 use crate::common;
@@ -97,25 +98,28 @@ async fn pagerduty_triggers_per_incident_and_resolves_when_it_ends() {
         .unwrap()
         .starts_with("[vigil] hung on node gpu-node-1, worker trainer-0"));
     let failed = &got[1].1;
-    assert_eq!(failed["dedup_key"], "vigil/inc-1", "the same PagerDuty incident");
+    // A page is its own PagerDuty alert (on the warning's key it would notify nobody).
+    assert_eq!(failed["dedup_key"], "vigil/inc-1/restart-failed");
     assert_eq!(failed["payload"]["severity"], "critical");
 
     // Another worker's end resolves nothing; an episode's end does not resolve the incident.
     pd.resolve("gpu-node-1", "trainer-9", Resolve::Recovered).await;
     pd.resolve("gpu-node-1", "trainer-0", Resolve::Episode(AlertKind::Stalled)).await;
-    // The incident ends: one resolve for its dedup key.
+    // The incident ends: a resolve for each of its keys.
     pd.resolve("gpu-node-1", "trainer-0", Resolve::Recovered).await;
-    let got = rx.wait_for(3).await;
+    let got = rx.wait_for(4).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(rx.got().len(), 3, "one resolve: {:?}", rx.got());
-    let resolve = &got[2].1;
-    assert_eq!(resolve["event_action"], "resolve");
-    assert_eq!(resolve["dedup_key"], "vigil/inc-1");
-    assert_eq!(resolve["routing_key"], "rk-s3cret");
+    assert_eq!(rx.got().len(), 4, "two resolves: {:?}", rx.got());
+    for (i, key) in [(2, "vigil/inc-1"), (3, "vigil/inc-1/restart-failed")] {
+        let resolve = &got[i].1;
+        assert_eq!(resolve["event_action"], "resolve");
+        assert_eq!(resolve["dedup_key"], key);
+        assert_eq!(resolve["routing_key"], "rk-s3cret");
+    }
     // Nothing left to resolve.
     pd.resolve("gpu-node-1", "trainer-0", Resolve::Recovered).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(rx.got().len(), 3);
+    assert_eq!(rx.got().len(), 4);
 }
 
 #[tokio::test]

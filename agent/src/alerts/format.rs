@@ -3,16 +3,22 @@
 
 use serde_json::{json, Value};
 
-use super::{tail_chars, Alert};
+use super::Alert;
 use crate::vocab::node::truncate;
 
-/// The PagerDuty `dedup_key` of an alert: its incident, else node, worker and kind.
+/// The PagerDuty `dedup_key` of an alert: its incident (with its kind for a page), else node,
+/// worker and kind.
 pub(crate) fn dedup_key(alert: &Alert) -> String {
-    if let Some(i) = &alert.incident {
-        return format!("vigil/{i}");
+    let kind = alert.kind.as_str();
+    match &alert.incident {
+        // NB: PagerDuty adds a trigger whose key is open to that open alert: no new incident, no
+        // notification. A page on its incident's key (that of the `hung` or `errored` warning
+        // before it) would wake nobody; so each page kind is an alert of its own, and its
+        // updates (a further failed restart) join it, paging no one again, as `update` says.
+        Some(i) if alert.kind.is_page() => format!("vigil/{i}/{kind}"),
+        Some(i) => format!("vigil/{i}"),
+        None => format!("vigil/{}/{}/{kind}", alert.node, alert.worker.as_deref().unwrap_or("-")),
     }
-    let worker = alert.worker.as_deref().unwrap_or("-");
-    format!("vigil/{}/{worker}/{}", alert.node, alert.kind.as_str())
 }
 
 /// A PagerDuty Events API v2 event that triggers (or updates) the alert's incident.
@@ -26,16 +32,12 @@ pub(crate) fn pagerduty_trigger(alert: &Alert, routing_key: &str) -> Value {
     if summary.len() > 1024 {
         summary = format!("{}...", truncate(&summary, 1021));
     }
-    let mut details = serde_json::to_value(alert).unwrap_or_default();
-    if let Some(logs) = alert.logs.as_deref() {
-        details["logs"] = json!(tail_chars(logs, 3000));
-    }
     let mut payload = json!({
         "summary": summary,
         "source": alert.node,
         "severity": severity,
         "class": alert.kind.as_str(),
-        "custom_details": details,
+        "custom_details": alert.fields(),
     });
     if let Some(w) = &alert.worker {
         payload["component"] = json!(w);
@@ -58,12 +60,9 @@ pub(crate) fn pagerduty_resolve(dedup_key: &str, routing_key: &str) -> Value {
 
 /// The generic JSON body: the alert's fields, with `summary` and `status` (`firing`).
 pub(crate) fn json_body(alert: &Alert) -> Value {
-    let mut v = serde_json::to_value(alert).unwrap_or_default();
+    let mut v = alert.fields();
     v["summary"] = json!(alert.summary());
     v["status"] = json!("firing");
     v["severity"] = json!(alert.kind.severity());
-    if let Some(logs) = alert.logs.as_deref() {
-        v["logs"] = json!(tail_chars(logs, 3000));
-    }
     v
 }

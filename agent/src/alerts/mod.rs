@@ -185,7 +185,8 @@ impl Alert {
     /// The Slack-compatible body. NB: a worker writes its `job` and its log lines, so its text
     /// is escaped the way Slack's message formatting asks (`&`, `<`, `>`): a `<!channel>` or a
     /// `<https://…|link>` in them reaches the channel as text, and a code fence in the logs
-    /// cannot close the block. Only the configured mention is sent as markup.
+    /// cannot close the block. Only the configured mention is sent as markup. The logs, in
+    /// `text` and in `vigil`, are their last [`LOGS_TAIL`] bytes.
     pub(crate) fn webhook_body(&self, mention: &str) -> serde_json::Value {
         let paged = self.page && !mention.is_empty();
         let mut text = if paged { format!("{mention} ") } else { String::new() };
@@ -193,12 +194,27 @@ impl Alert {
         if let Some(logs) = self.logs.as_ref().filter(|l| !l.trim().is_empty()) {
             text.push_str("\n```\n");
             // A zero-width space after each backtick: no run of three is left to end the block.
-            text.push_str(&slack_escape(tail_chars(logs, 3000)).replace('`', "`\u{200B}"));
+            text.push_str(&slack_escape(tail_chars(logs, LOGS_TAIL)).replace('`', "`\u{200B}"));
             text.push_str("\n```");
         }
-        serde_json::json!({ "text": text, "vigil": self })
+        serde_json::json!({ "text": text, "vigil": self.fields() })
+    }
+
+    /// The alert's fields as JSON, its logs cut to their last [`LOGS_TAIL`] bytes: Slack's
+    /// `vigil`, the generic JSON body, PagerDuty's `custom_details`.
+    pub(crate) fn fields(&self) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        if let Some(logs) = self.logs.as_deref() {
+            v["logs"] = Value::from(tail_chars(logs, LOGS_TAIL));
+        }
+        v
     }
 }
+
+/// How much of the logs an alert's webhook body carries, in bytes (the end is kept). NB: every
+/// copy of them in a body, not only the one a person reads: a CRI log runs to 1 MiB, and the
+/// receiver's 413 for a body that large is final (no retry): the alert would be lost.
+pub(crate) const LOGS_TAIL: usize = 3000;
 
 /// Slack's three control characters, escaped as its formatting reference asks.
 fn slack_escape(s: &str) -> String {

@@ -1,6 +1,7 @@
 //! The alert sinks' unit tests: summaries, bodies, retries and what a worker's text can and cannot do.
 
 use super::*;
+use serde_json::Value;
 use std::time::Duration;
 
 #[test]
@@ -83,4 +84,113 @@ fn the_summary_names_the_gang_and_its_size() {
     a.gang_members = Some(3);
     assert!(a.summary().contains(" (size unknown; 3 reporting): "), "{}", a.summary());
     assert!(a.webhook_body("").get("vigil").unwrap()["gang_size"].is_null());
+}
+
+/// An alert of worker `trainer-0`'s incident `inc-1` on node `gpu-7`.
+fn of_incident(kind: AlertKind) -> Alert {
+    let mut a = Alert::new(kind, "gpu-7", "heartbeat 6m old");
+    a.worker = Some("trainer-0".into());
+    a.incident = Some("inc-1".into());
+    a
+}
+
+/// PagerDuty adds a trigger whose dedup key is open to that alert without notifying anyone: a
+/// page on its incident's key, after the `hung` warning, woke nobody.
+#[test]
+fn a_page_is_its_own_pagerduty_alert_within_its_incident() {
+    use super::format::dedup_key;
+    let (hung, failed) = (of_incident(AlertKind::Hung), of_incident(AlertKind::RestartFailed));
+    assert_ne!(dedup_key(&failed), dedup_key(&hung));
+    assert_eq!(dedup_key(&hung), "vigil/inc-1");
+    assert_eq!(dedup_key(&failed), "vigil/inc-1/restart-failed");
+    for kind in AlertKind::ALL.iter().filter(|k| k.is_page()) {
+        assert_ne!(dedup_key(&of_incident(*kind)), dedup_key(&hung), "{kind:?}");
+    }
+    // A further failed restart is an update, not a page: it joins its page, notifying no one.
+    let mut update = failed.clone();
+    (update.page, update.update) = (false, true);
+    assert_eq!(dedup_key(&update), dedup_key(&failed));
+    // The incident's other alerts stay on its key.
+    assert_eq!(dedup_key(&of_incident(AlertKind::Restarting)), "vigil/inc-1");
+}
+
+/// Every JSON body posted to a local receiver, kept; the URL it listens on.
+async fn receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    let got: std::sync::Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
+    let kept = got.clone();
+    let app: axum::Router = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let kept = kept.clone();
+            async move {
+                kept.lock().unwrap().push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, got)
+}
+
+/// The `dedup_key`s of the PagerDuty events with `event_action` `action` among `bodies`.
+fn pagerduty_keys(bodies: &[Value], action: &str) -> Vec<String> {
+    let events = bodies.iter().filter(|b| b["event_action"] == action);
+    events.filter_map(|b| b["dedup_key"].as_str().map(String::from)).collect()
+}
+
+/// PagerDuty: the `hung` warning and the `restart-failed` page are two alerts (two dedup keys);
+/// the incident's end resolves both, once.
+#[tokio::test]
+async fn the_end_of_an_incident_resolves_its_warning_and_its_page() {
+    let (url, got) = receiver().await;
+    let pd = WebhookSink::new(&url, "", Duration::from_secs(2), 1)
+        .with_format(crate::config::WebhookFormat::Pagerduty, "rk");
+    pd.send(&of_incident(AlertKind::Hung)).await.unwrap();
+    pd.send(&of_incident(AlertKind::RestartFailed)).await.unwrap();
+    let triggers = got.lock().unwrap().clone();
+    assert_eq!(pagerduty_keys(&triggers, "trigger"), ["vigil/inc-1", "vigil/inc-1/restart-failed"]);
+    assert_eq!(triggers[1]["payload"]["severity"], "critical");
+    // An episode's end is not the incident's: nothing is resolved.
+    pd.resolve("gpu-7", "trainer-0", Resolve::Episode(AlertKind::Stalled)).await;
+    pd.resolve("gpu-7", "trainer-0", Resolve::Recovered).await;
+    // NB: resolves are posted in the background (`Endpoint::post_later`).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while got.lock().unwrap().len() < 4 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Nothing left open: a second end resolves nothing.
+    pd.resolve("gpu-7", "trainer-0", Resolve::Recovered).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let bodies = got.lock().unwrap().clone();
+    assert_eq!(bodies.len(), 4, "{bodies:?}");
+    let mut resolved = pagerduty_keys(&bodies, "resolve");
+    resolved.sort();
+    assert_eq!(resolved, ["vigil/inc-1", "vigil/inc-1/restart-failed"]);
+}
+
+/// A CRI log runs to 1 MiB: in full in the `vigil` copy, the body drew a 413, which is final (no
+/// retry), and the `restarting` alert was lost. Every body carries the logs' end, capped.
+#[test]
+fn a_mebibyte_of_logs_is_cut_to_its_end_in_every_body() {
+    let mut a = of_incident(AlertKind::Restarting);
+    a.logs = Some(format!("{}THE END", "é".repeat(1 << 19)));
+    let tail = tail_chars(a.logs.as_deref().unwrap(), LOGS_TAIL);
+    let slack = a.webhook_body("<!here>");
+    let bodies = [
+        slack["vigil"].clone(),
+        super::format::json_body(&a),
+        super::format::pagerduty_trigger(&a, "rk")["payload"]["custom_details"].clone(),
+    ];
+    for body in bodies {
+        let logs = body["logs"].as_str().unwrap();
+        assert!(logs.len() <= LOGS_TAIL && logs.ends_with("THE END"), "{} bytes", logs.len());
+        assert_eq!(logs, tail);
+    }
+    let text = slack["text"].as_str().unwrap();
+    assert!(text.len() < 2 * LOGS_TAIL && text.ends_with("THE END\n```"), "{} bytes", text.len());
+    assert!(slack.to_string().len() < 4 * LOGS_TAIL, "{} bytes", slack.to_string().len());
 }

@@ -87,8 +87,9 @@ impl AlertSink for WebhookSink {
         open.keys().filter(|(n, _)| n == node).map(|(_, w)| w.clone()).collect()
     }
 
-    /// PagerDuty: resolve the events the end covers (one per dedup key); a dedup key still used
-    /// by an alert the end does not cover (an escalation of the same incident) stays open.
+    /// PagerDuty: resolve the events the end covers (one per dedup key: an incident's pages have
+    /// a key each, its other alerts share one, `dedup_key`); a dedup key still used by an alert
+    /// the end does not cover stays open.
     async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
         if self.format != WebhookFormat::Pagerduty {
             return;
