@@ -331,6 +331,42 @@ async fn unreachable_redis_is_a_clear_error_not_a_hang() {
     assert!(err.contains(&port.to_string()), "{err}");
 }
 
+/// A `single` Redis whose connection goes silent (its pod rescheduled behind a Service, the old
+/// path black-holed) is reached afresh by the next call, not waited on until the kernel gives the
+/// socket up (~15 min; meanwhile every agent fails closed). A proxy in front of the real Redis
+/// holds its first connection open and never answers it, and forwards every later one: the first
+/// call times out, the second (on a fresh connection) is answered.
+#[tokio::test]
+async fn a_single_redis_gone_silent_is_reached_on_a_fresh_connection() {
+    use tokio::net::{TcpListener, TcpStream};
+    let url = shared_redis_url();
+    let info = redis::IntoConnectionInfo::into_connection_info(url.as_str()).unwrap();
+    let redis::ConnectionAddr::Tcp(host, port) = info.addr else { panic!("a TCP URL: {url}") };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy_port = listener.local_addr().unwrap().port();
+    // The same URL (password, database) with the proxy in the server's place.
+    let proxied = url.replacen(&format!("{host}:{port}"), &format!("127.0.0.1:{proxy_port}"), 1);
+    assert_ne!(proxied, url, "the URL names its host and port");
+    let proxy = tokio::spawn(async move {
+        // NB: bound (not `_`) so the silent connection stays open while the proxy runs.
+        let Ok((_silent, _)) = listener.accept().await else { return };
+        loop {
+            let Ok((mut client, _)) = listener.accept().await else { return };
+            let Ok(mut server) = TcpStream::connect((host.as_str(), port)).await else { continue };
+            tokio::spawn(async move {
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+            });
+        }
+    });
+    let c: Box<dyn Coordinator> =
+        Box::new(RedisCoordinator::new(&proxied, Duration::from_secs(1)).unwrap());
+    let err = c.time().await.unwrap_err().to_string();
+    assert!(err.contains("restarts are paused"), "{err}");
+    let t = c.time().await.unwrap();
+    assert!(t > 1_700_000_000_000, "time is epoch ms: {t}");
+    proxy.abort();
+}
+
 #[tokio::test]
 async fn keys_of_one_node_hash_to_one_cluster_slot() {
     // The Lua scripts and MGET touch one node's keys only: they must share a slot.

@@ -7,7 +7,8 @@
 //! MOVED/ASK handled there; every script and multi-key command here stays in one hash slot, and
 //! pipelines are split per slot), or a master found through Sentinel (`sentinel`: the
 //! connection is dropped on any transport error or a `READONLY` answer — a demoted master —
-//! and the next call asks the Sentinels again).
+//! and the next call asks the Sentinels again). In every mode a call that times out drops the
+//! connection too: the next call makes a fresh one.
 //!
 //! Map: this file is the connection (the three targets, reconnecting, timeouts, errors, hash
 //! slots); redis/commands.rs is the [`super::Coordinator`] implementation, one command, pipeline
@@ -81,7 +82,8 @@ pub struct RedisCoordinator {
     addr: String,
     timeout: Duration,
     conn: Mutex<Option<Conn>>,
-    /// Set when the connection must be made again (Sentinel: the master may have moved).
+    /// Set when the connection must be made again by the next call: a call timed out (any
+    /// mode), or the master may have moved (Sentinel, or a `READONLY` answer in any mode).
     stale: AtomicBool,
 }
 
@@ -238,13 +240,22 @@ impl RedisCoordinator {
         groups.into_values().collect()
     }
 
+    /// The error of a call (or a connect) that did not answer within its timeout. The connection
+    /// is dropped, in every mode, so that the next call makes a fresh one.
     fn timed_out(&self) -> CoordError {
-        if matches!(self.target, Target::Sentinel(_)) {
-            self.stale.store(true, Ordering::SeqCst);
-        }
+        // NB: a connection whose path went silent (the Redis pod rescheduled behind its Service,
+        // the old path black-holed) never fails by itself: the kernel gives the socket up only
+        // after ~15 min, and every call fails closed until then although Redis is back. The
+        // `single` mode's connection manager does not reconnect on this outer timeout (it sees
+        // no error) nor on its own response timeout (see `map_err`), so only a fresh connection
+        // helps; Sentinel's master may have moved, and a cluster's rebuilt connection reads the
+        // slots again. A Redis that is merely slow costs one new connection per timed-out call.
+        self.stale.store(true, Ordering::SeqCst);
         CoordError::Timeout { addr: self.addr.clone(), timeout: self.timeout }
     }
 
+    /// A failed call's error, classified (unreachable, or a command Redis refused); marks the
+    /// connection stale when the next call must make a fresh one.
     fn map_err(&self, source: redis::RedisError) -> CoordError {
         let transport = source.is_io_error()
             || source.is_connection_dropped()
@@ -254,7 +265,15 @@ impl RedisCoordinator {
         // coordinator any more. Connect again (Sentinel asks for the new master; a single URL
         // re-resolves its name), and fail closed meanwhile.
         let demoted = source.code() == Some("READONLY");
-        if demoted || (transport && !matches!(self.target, Target::Single(_))) {
+        // NB: `single` mode's connection manager reconnects by itself after a dropped or refused
+        // connection, but a response timeout (io `TimedOut`) is "retry immediately" to the
+        // `redis` crate: it keeps the silent connection for good. So a timeout drops the
+        // connection here, as in `timed_out`; the other modes drop it on any transport error.
+        let replace = match self.target {
+            Target::Single(_) => source.is_timeout(),
+            Target::Cluster(_) | Target::Sentinel(_) => transport,
+        };
+        if demoted || replace {
             self.stale.store(true, Ordering::SeqCst);
         }
         if transport || demoted {
@@ -325,5 +344,46 @@ mod tests {
         assert!(tls("redis://:pw@s:26379").is_none(), "plain Sentinels, plain master");
         assert!(tls("rediss://:pw@s:26379") == Some(redis::TlsMode::Secure));
         assert!(tls("rediss://:pw@s:26379/#insecure") == Some(redis::TlsMode::Insecure));
+    }
+
+    /// Whether `fail` left `c`'s connection to be made again by the next call.
+    fn stale_after(
+        c: &RedisCoordinator,
+        fail: impl FnOnce(&RedisCoordinator) -> CoordError,
+    ) -> bool {
+        c.stale.store(false, Ordering::SeqCst);
+        let _ = fail(c);
+        c.stale.load(Ordering::SeqCst)
+    }
+
+    fn io(kind: std::io::ErrorKind) -> redis::RedisError {
+        std::io::Error::new(kind, "test").into()
+    }
+
+    /// A silent connection (its path black-holed) is replaced in every mode: after the outer
+    /// timeout and after the crate's response timeout (io `TimedOut`, which `single` mode's
+    /// connection manager would never reconnect on). A demoted master's `READONLY` too; a dropped
+    /// connection only where no connection manager reconnects by itself; a refused command never.
+    #[test]
+    fn a_timeout_replaces_the_connection_in_every_mode() {
+        let t = Duration::from_secs(1);
+        let single = RedisCoordinator::new("redis://127.0.0.1:6379", t).unwrap();
+        let cluster = RedisCoordinator::cluster("redis://127.0.0.1:7000", None, t).unwrap();
+        let sentinel = RedisCoordinator::sentinel("redis://127.0.0.1:26379", "vigil", t).unwrap();
+        for (mode, c) in [("single", &single), ("cluster", &cluster), ("sentinel", &sentinel)] {
+            assert!(stale_after(c, |c| c.timed_out()), "{mode}: the outer timeout");
+            c.stale.store(false, Ordering::SeqCst);
+            let err = c.map_err(io(std::io::ErrorKind::TimedOut));
+            assert!(matches!(err, CoordError::Unreachable { .. }), "{mode}: {err}");
+            assert!(c.stale.load(Ordering::SeqCst), "{mode}: the response timeout");
+            let demoted = || redis::RedisError::from((redis::ErrorKind::ReadOnly, "demoted"));
+            assert!(stale_after(c, |c| c.map_err(demoted())), "{mode}: READONLY");
+            let refused = || redis::RedisError::from((redis::ErrorKind::ResponseError, "type"));
+            assert!(!stale_after(c, |c| c.map_err(refused())), "{mode}: a refused command");
+            let reset = stale_after(c, |c| c.map_err(io(std::io::ErrorKind::ConnectionReset)));
+            assert_eq!(reset, mode != "single", "{mode}: a dropped connection");
+        }
+        let err = single.timed_out().to_string();
+        assert!(err.contains("did not answer within 1s; restarts are paused"), "{err}");
     }
 }
