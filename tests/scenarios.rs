@@ -670,6 +670,47 @@ async fn errored_worker_is_blocked_by_a_breaker_that_hangs_filled() {
     assert_eq!(w.sink.count(AlertKind::BreakerOpen), 1);
 }
 
+/// A cap's alert is node-wide (docs/alerts.md): no worker, container, job or gang. The end of
+/// the incident it refused must not resolve it (the sinks that keep alerts open resolve by
+/// worker): the cap still refuses the node's other workers, and its page key allows no second.
+async fn a_caps_alert_is_node_wide(mut w: World, kind: AlertKind) {
+    // Hung: confirmed at 150 s; the cap refuses its restart when the delay ends (330 s).
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_until(Duration::from_secs(450)).await;
+    assert_eq!(w.runtime.restarts("c1"), 0, "refused by the cap");
+    let sent = w.sink.of(kind);
+    assert_eq!(sent.len(), 1, "{:?}", w.sink.kinds());
+    let a = &sent[0];
+    assert_eq!(a.worker, None, "node-wide: {}", a.summary());
+    assert!(a.container.is_none() && a.job.is_none() && a.gang.is_none(), "{}", a.summary());
+    // The worker recovers: its incident ends and its own alerts resolve, not the cap's.
+    w.beat_and_tick(4, "processing", "step-2").await;
+    let resolved = w.sink.resolved();
+    assert!(resolved.contains(&("trainer-0".into(), Resolve::Recovered)), "{resolved:?}");
+    let ends_it = |(worker, _): &(String, Resolve)| a.worker.as_ref() == Some(worker);
+    assert!(!resolved.iter().any(ends_it), "the cap's alert stays open: {resolved:?}");
+}
+
+#[tokio::test]
+async fn the_breakers_alert_is_node_wide_and_outlives_the_incident_it_refused() {
+    let w = World::new(|_| {});
+    let day = utc_day(w.now());
+    w.store.set(&w.keys.breaker(&day), "3", Duration::from_secs(3600)).await.unwrap();
+    a_caps_alert_is_node_wide(w, AlertKind::BreakerOpen).await;
+}
+
+#[tokio::test]
+async fn the_fleet_budgets_alert_is_node_wide_and_outlives_the_incident_it_refused() {
+    let w = World::new(|c| {
+        c.safety.fleet_budget = 1;
+        c.safety.fleet_window = mins(60);
+    });
+    // This window's one unit, spent by another node.
+    let window = w.now().div_euclid(mins(60).as_millis() as Millis);
+    w.store.set(&w.keys.fleet_budget(window), "1", mins(120)).await.unwrap();
+    a_caps_alert_is_node_wide(w, AlertKind::BudgetExhausted).await;
+}
+
 #[tokio::test]
 async fn scenario_k_fleet_budget_exhausted_stops_restarts_everywhere_with_one_alert() {
     let mut w = World::new(|c| c.safety.fleet_budget = 1);

@@ -1,5 +1,6 @@
 //! The restart caps as the restart path meets them: the node's breaker and the fleet's budget
-//! (taken through `crate::coord::caps`), and the alerts and trail entries when one refuses.
+//! (taken through `crate::coord::caps`), and the alerts (node-wide: no worker) and trail entries
+//! when one refuses.
 
 use crate::alerts::AlertKind;
 use crate::clock::utc_day;
@@ -50,7 +51,11 @@ impl Pipeline<'_> {
                 (AlertKind::BudgetExhausted, Skip::BudgetExhausted, page, key, window * 2, detail)
             }
         };
-        let alert = self.pager.alert_for(kind, self.act.case, None, now, page);
+        // NB: node-wide (docs/alerts.md): the cap refuses every worker of the node (the budget,
+        // of the fleet), not this one. Placed at this worker, its incident's end would resolve
+        // it in the sinks that keep alerts open while the cap still refuses the others, whose
+        // refusals the spent page key keeps silent; and it would carry this job's gang.
+        let alert = self.pager.node_alert(kind, page);
         self.pager.page_once(&key, ttl, alert, Unit::Worker, now).await?;
         self.skip(skip, detail, true).await
     }

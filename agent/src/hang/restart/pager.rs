@@ -1,9 +1,10 @@
-//! The one way out for every page a restart unit sends, a worker's and a gang's:
+//! The one way out for every page a restart unit sends, a worker's, a gang's and a cap's:
 //! [`Pager::page_once`]. A page is claimed in the coordinator by its de-duplication key (SET NX:
 //! the agent that claims it first sends it, once per incident, episode, day or window), placed
 //! ([`Pager::alert_for`] at a worker of this node, [`Pager::gang_alert`] at the gang's member to
-//! look at) and sent; a page placed at a gang is remembered by the agent that sent it, which
-//! resolves it ([`Pager::resolve_gang_alerts`]).
+//! look at, [`Pager::node_alert`] at no worker: the node's breaker, the fleet budget) and sent; a
+//! page placed at a gang is remembered by the agent that sent it, which resolves it
+//! ([`Pager::resolve_gang_alerts`]).
 //!
 //! A step that pages takes a `Pager` — the shared context, the alert gate and the gang alerts
 //! this agent sent — and nothing else of the worker's evaluation (`RestartPath::pager`, or the
@@ -154,6 +155,17 @@ impl<'a> Pager<'a> {
             a.gang_size = g.size;
         }
         a.duration = since.map(|t| human(now - t));
+        a.dry_run = self.ctx.cfg.dry_run;
+        a
+    }
+
+    /// A node-wide page (the node's breaker, the fleet budget), as the node's other node-wide
+    /// alerts are (`coordinator-down`, `runtime-down`): no worker, container, verdict, job or
+    /// gang. Without a worker the sinks that keep alerts open post it once and no worker's end
+    /// resolves it (`crate::alerts::alertmanager`).
+    pub(super) fn node_alert(&self, kind: AlertKind, detail: impl Into<String>) -> Alert {
+        let mut a = Alert::new(kind, self.ctx.keys.node(), detail);
+        // Vigil's mode, not a worker's: an observe-mode page still says so.
         a.dry_run = self.ctx.cfg.dry_run;
         a
     }
