@@ -321,13 +321,14 @@ impl WorkerApiState {
         // worker's re-review once its answer left the cache) never is, so junk never holds it
         // back.
         let (reviewed, charged) = match reviewer.standing(token) {
-            Standing::Known(known) => (Ok(known), false),
-            Standing::Vouched => (reviewer.review(token).await, false),
+            Standing::Known(known) => (Ok(known), None),
+            Standing::Vouched => (reviewer.review(token).await, None),
             Standing::Stranger => {
-                self.budget()
+                let charge = self
+                    .budget()
                     .charge(from, tokio::time::Instant::now())
                     .map_err(Answer::throttled)?;
-                (reviewer.review(token).await, true)
+                (reviewer.review(token).await, Some(charge))
             }
         };
         let caller = match reviewed {
@@ -338,8 +339,10 @@ impl WorkerApiState {
         };
         // Given back for a pod of this node only: a pod's token minted elsewhere is no worker
         // here.
-        if charged && token_node(&caller, self.keys.node()).is_ok() {
-            self.budget().refund(from);
+        if let Some(charge) = charged {
+            if token_node(&caller, self.keys.node()).is_ok() {
+                self.budget().refund(from, charge, tokio::time::Instant::now());
+            }
         }
         Ok(caller)
     }

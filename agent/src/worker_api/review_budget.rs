@@ -3,7 +3,10 @@
 //! (8 KiB), each token distinct, cost one review each. Each review not answered from the cache
 //! is charged to its peer's address and to the node; one that proves a pod is given back (a real
 //! worker never spends anybody's budget), so only refusals — junk — use it up. Past either
-//! bound the write is answered 429 with `Retry-After`, unreviewed.
+//! bound the write is answered 429 with `Retry-After`, unreviewed. An address that proved a pod
+//! of this node is charged to its own bucket only for [`PROVEN_FOR`]: a worker's token new to
+//! the agent (a kubelet rotation, an agent restart's empty cache) is never held back by junk
+//! from elsewhere that emptied the node's.
 //!
 //! Token buckets, pure: the clock is passed in. Peers are kept at most [`MAX_PEERS`] (the
 //! fullest-refilled ones go first), so a flood from many addresses cannot grow the table.
@@ -29,8 +32,12 @@ pub(crate) const PER_PEER: Rate = Rate { burst: 10.0, per_second: 0.5 };
 /// starting with a fresh token), then 5 a second.
 pub(crate) const PER_NODE: Rate = Rate { burst: 64.0, per_second: 5.0 };
 
-/// Peers tracked at most.
+/// Peers tracked at most (and addresses remembered as proven).
 pub(crate) const MAX_PEERS: usize = 4096;
+
+/// How long an address that proved a pod of this node is spared the node's bucket: as long as
+/// a token that proved one is vouched for (`crate::worker_api::token_review`).
+pub(crate) const PROVEN_FOR: Duration = Duration::from_secs(24 * 3600);
 
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
@@ -67,6 +74,14 @@ pub(crate) struct ReviewBudget {
     node_rate: Rate,
     peers: HashMap<IpAddr, Bucket>,
     node: Option<Bucket>,
+    /// The addresses whose review proved a pod of this node, and when it last did.
+    proven: HashMap<IpAddr, Instant>,
+}
+
+/// A review taken: whether the node's bucket paid for it too (given back with it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Charge {
+    node: bool,
 }
 
 /// Why a review is not made now.
@@ -79,12 +94,18 @@ pub(crate) struct Throttled {
 
 impl ReviewBudget {
     pub(crate) fn new(peer_rate: Rate, node_rate: Rate) -> ReviewBudget {
-        ReviewBudget { peer_rate, node_rate, peers: HashMap::new(), node: None }
+        let (peers, proven) = (HashMap::new(), HashMap::new());
+        ReviewBudget { peer_rate, node_rate, peers, node: None, proven }
     }
 
-    /// Take one review for `peer` at `now`, or say how long to wait.
-    pub(crate) fn charge(&mut self, peer: IpAddr, now: Instant) -> Result<(), Throttled> {
+    /// Take one review for `peer` at `now`, or say how long to wait. An address that proved a
+    /// pod within [`PROVEN_FOR`] pays from its own bucket only.
+    pub(crate) fn charge(&mut self, peer: IpAddr, now: Instant) -> Result<Charge, Throttled> {
         let (peer_rate, node_rate) = (self.peer_rate, self.node_rate);
+        let proven = self
+            .proven
+            .get(&peer)
+            .is_some_and(|at| now.saturating_duration_since(*at) < PROVEN_FOR);
         let mut node =
             self.node.unwrap_or_else(|| Bucket::full(node_rate, now)).refilled(node_rate, now);
         if !self.peers.contains_key(&peer) && self.peers.len() >= MAX_PEERS {
@@ -94,25 +115,37 @@ impl ReviewBudget {
         *p = p.refilled(peer_rate, now);
         let verdict = if p.tokens < 1.0 {
             Err(Throttled { whose: "this address", retry_after: p.wait(peer_rate) })
+        } else if proven {
+            p.tokens -= 1.0;
+            Ok(Charge { node: false })
         } else if node.tokens < 1.0 {
             Err(Throttled { whose: "this node", retry_after: node.wait(node_rate) })
         } else {
             p.tokens -= 1.0;
             node.tokens -= 1.0;
-            Ok(())
+            Ok(Charge { node: true })
         };
         self.node = Some(node);
         verdict
     }
 
-    /// The review proved a pod: its charge is given back (real workers spend no budget).
-    pub(crate) fn refund(&mut self, peer: IpAddr) {
+    /// The review proved a pod of this node at `now`: its charge is given back (real workers
+    /// spend no budget), and its address is proven for [`PROVEN_FOR`].
+    pub(crate) fn refund(&mut self, peer: IpAddr, charge: Charge, now: Instant) {
         if let Some(p) = self.peers.get_mut(&peer) {
             p.tokens = (p.tokens + 1.0).min(self.peer_rate.burst);
         }
-        if let Some(n) = self.node.as_mut() {
+        if let Some(n) = self.node.as_mut().filter(|_| charge.node) {
             n.tokens = (n.tokens + 1.0).min(self.node_rate.burst);
         }
+        if !self.proven.contains_key(&peer) && self.proven.len() >= MAX_PEERS {
+            // The one proven longest ago goes first.
+            let oldest = self.proven.iter().min_by_key(|(_, at)| **at).map(|(ip, _)| *ip);
+            if let Some(ip) = oldest {
+                self.proven.remove(&ip);
+            }
+        }
+        self.proven.insert(peer, now);
     }
 
     /// Drop the peer whose bucket is the fullest by `now` (it has the least to remember).
@@ -171,10 +204,36 @@ mod tests {
         let t0 = Instant::now();
         let mut b = ReviewBudget::new(PER_PEER, PER_NODE);
         for _ in 0..1000 {
-            b.charge(ip(1), t0).unwrap();
-            b.refund(ip(1));
+            let charge = b.charge(ip(1), t0).unwrap();
+            b.refund(ip(1), charge, t0);
         }
         assert!(b.charge(ip(1), t0).is_ok());
+    }
+
+    /// Junk from many addresses empties the node's bucket; a worker's address that proved a pod
+    /// still has its new token reviewed (a kubelet rotation), from its own bucket; a day later it
+    /// is a stranger again.
+    #[test]
+    fn junk_that_empties_the_node_never_holds_back_a_proven_worker() {
+        let t0 = Instant::now();
+        let mut b = ReviewBudget::new(PER_PEER, PER_NODE);
+        let charge = b.charge(ip(1), t0).unwrap();
+        b.refund(ip(1), charge, t0);
+        let junk = (2..1000).filter(|i| b.charge(ip(*i), t0).is_ok()).count();
+        assert_eq!(junk, 64, "the node's burst");
+        assert_eq!(b.charge(ip(5000), t0).unwrap_err().whose, "this node");
+        // The rotated token: reviewed, from its own bucket; given back, the node's is not grown.
+        let rotated = b.charge(ip(1), t0).expect("a proven worker's new token");
+        assert_eq!(rotated, Charge { node: false });
+        b.refund(ip(1), rotated, t0);
+        assert_eq!(b.charge(ip(5000), t0).unwrap_err().whose, "this node");
+        // Its own bucket still bounds it.
+        assert_eq!((0..100).filter(|_| b.charge(ip(1), t0).is_ok()).count(), 10);
+        let day = t0 + PROVEN_FOR + Duration::from_secs(20);
+        let junk = (2..1000).filter(|i| b.charge(ip(*i), day).is_ok()).count();
+        assert!(junk > 0);
+        while b.charge(ip(6000), day).is_ok() {}
+        assert_eq!(b.charge(ip(1), day).unwrap_err().whose, "this node", "proven no more");
     }
 
     #[test]
