@@ -45,12 +45,16 @@ pub(crate) fn pagerduty_trigger(alert: &Alert, routing_key: &str) -> Value {
     if let Some(j) = &alert.job {
         payload["group"] = json!(j);
     }
-    json!({
-        "routing_key": routing_key,
-        "event_action": "trigger",
-        "dedup_key": dedup_key(alert),
-        "payload": payload,
-    })
+    let mut event = json!({ "routing_key": routing_key, "event_action": "trigger" });
+    // NB: only an alert an end resolves (one placed at a worker) has a key of ours. No end
+    // resolves a node-wide one (coordinator-down, breaker-open…): on a fixed key its alert
+    // stayed open for ever, and the next outage joined it without notifying anyone. Without a
+    // `dedup_key` PagerDuty makes one per event: each occurrence pages.
+    if alert.worker.is_some() {
+        event["dedup_key"] = json!(dedup_key(alert));
+    }
+    event["payload"] = payload;
+    event
 }
 
 /// A PagerDuty Events API v2 event that resolves the incident of `dedup_key`.

@@ -114,6 +114,20 @@ fn a_page_is_its_own_pagerduty_alert_within_its_incident() {
     assert_eq!(dedup_key(&of_incident(AlertKind::Restarting)), "vigil/inc-1");
 }
 
+/// A node-wide alert no end resolves carries no `dedup_key` (PagerDuty makes one per event): on
+/// a fixed one, the next coordinator outage joined the last one's alert, open for ever, unpaged.
+#[test]
+fn a_node_wide_alert_is_a_pagerduty_alert_of_its_own_each_time() {
+    use super::format::pagerduty_trigger;
+    let down = Alert::new(AlertKind::CoordinatorDown, "gpu-7", "redis at r:6379 is unreachable");
+    let event = pagerduty_trigger(&down, "rk");
+    assert_eq!(event["event_action"], "trigger");
+    assert!(event.get("dedup_key").is_none(), "{event}");
+    assert_eq!(event["payload"]["class"], "coordinator-down");
+    let hung = pagerduty_trigger(&of_incident(AlertKind::Hung), "rk");
+    assert_eq!(hung["dedup_key"], "vigil/inc-1");
+}
+
 /// Every JSON body posted to a local receiver, kept; the URL it listens on.
 async fn receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
     let got: std::sync::Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
