@@ -1,7 +1,8 @@
 //! The metadata watcher against the fake GCE metadata server, over real HTTP: the start-up read,
 //! a scripted maintenance sequence seen in order through long-polls, faults that must never
 //! crash the watcher or flip the phase, `preempted=FALSE` after a termination notice, the
-//! watcher turning itself off when there is no server, and the fake's own fidelity (403s, ETags).
+//! watcher probing a server that is not there yet (with `metadata.enabled = on`, the start-up
+//! read kept open meanwhile), and the fake's own fidelity (403s, ETags).
 
 use crate::common;
 
@@ -30,6 +31,7 @@ fn cfg() -> WatchConfig {
         backoff_max: Duration::from_millis(200),
         min_interval: Duration::from_millis(100),
         startup_attempts: 2,
+        gce_known: false,
         warnings: None,
     }
 }
@@ -50,10 +52,14 @@ fn client(host: &str) -> MetadataClient {
 }
 
 fn spawn_watch(host: &str) -> Running {
+    spawn_watch_with(host, cfg())
+}
+
+fn spawn_watch_with(host: &str, cfg: WatchConfig) -> Running {
     let (tx, rx) = watch::channel(RawMetadata::default());
     let metrics = Arc::new(Metrics::new());
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(watch_with(client(host), tx, metrics.clone(), shutdown.clone(), cfg()));
+    let task = tokio::spawn(watch_with(client(host), tx, metrics.clone(), shutdown.clone(), cfg));
     let phases = Arc::new(Mutex::new(vec![Phase::None]));
     let (mut rec_rx, rec) = (rx.clone(), phases.clone());
     tokio::spawn(async move {
@@ -318,6 +324,26 @@ async fn a_server_that_is_not_there_yet_is_probed_until_it_answers() {
     fake.set("preempted", "TRUE").await;
     let mut w = w;
     w.until("preempted seen", |r| r.preempted == Some(true)).await;
+    w.stop().await;
+}
+
+/// `metadata.enabled = "on"`: the operator says this is GCE, so a server that cannot be reached
+/// is late, not absent. Past the quick attempts it is probed with backoff and the start-up read
+/// stays open (restarts keep waiting for it, up to `metadata.first_read_wait`); it ends once
+/// every key has answered.
+#[tokio::test]
+async fn with_on_a_server_not_there_yet_never_ends_the_start_up_read_before_it_answers() {
+    let port = free_port();
+    let on = WatchConfig { startup_attempts: 2, ..cfg().enabled_on() };
+    let mut w = spawn_watch_with(&format!("127.0.0.1:{port}"), on);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!w.task.is_finished(), "the watcher is not switched off");
+    assert_eq!(*w.rx.borrow(), RawMetadata::default(), "no values, and the start-up read open");
+    assert!(w.errors("maintenance-event", "transport") > 2, "probed on past the quick attempts");
+    let fake =
+        FakeMetadata::start_on(&format!("127.0.0.1:{port}")).await.expect("the port is still free");
+    fake.set("preempted", "TRUE").await;
+    w.until("every key read", |r| r.settled && r.preempted == Some(true)).await;
     w.stop().await;
 }
 

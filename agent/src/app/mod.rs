@@ -252,15 +252,12 @@ impl Wiring {
         let client = MetadataClient::for_host(&meta.host, Duration::from_secs(5))
             .inspect_err(|e| tracing::error!(error = %e, "metadata watcher off"));
         let Ok(client) = client else { return rx };
-        // `on` means the operator knows this is GCE: keep trying at start-up (the network may
-        // come up late) rather than switch the watcher off.
-        let (on, defaults) = (meta.enabled == Switch::On, WatchConfig::default());
-        let watch_cfg = WatchConfig {
-            timeout_sec: meta.timeout_sec,
-            startup_attempts: if on { u32::MAX } else { defaults.startup_attempts },
-            warnings: Some(warnings),
-            ..defaults
-        };
+        // `on` means the operator knows this is GCE: more quick tries at start-up (the network
+        // may come up late), and an unreachable server is never read as "not on GCE".
+        let defaults = WatchConfig::default();
+        let defaults = if meta.enabled == Switch::On { defaults.enabled_on() } else { defaults };
+        let watch_cfg =
+            WatchConfig { timeout_sec: meta.timeout_sec, warnings: Some(warnings), ..defaults };
         let (metrics, stop) = (self.metrics.clone(), self.stop.clone());
         self.tracker.spawn(watch_with(client, tx, metrics, stop, watch_cfg));
         rx

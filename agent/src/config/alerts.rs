@@ -46,7 +46,8 @@ pub struct AlertsConfig {
     /// values are shown as `***`; env `VIGIL_WEBHOOK_HEADERS` (`Name: value` lines, from the
     /// Secret `vigil`) adds to them.
     pub(crate) headers: BTreeMap<String, Secret<Hidden>>,
-    /// Prepended to pages (escalations, failed restarts), e.g. `<!here>` or `<@U123>`.
+    /// Prepended to every page (the kinds `crate::alerts::AlertKind::is_page` names), e.g.
+    /// `<!here>` or `<@U123>`.
     #[educe(Default(expression = "<!here>".into()))]
     pub(crate) page_mention: String,
     #[serde(with = "super::duration")]

@@ -127,8 +127,9 @@ impl GangConfig {
         let why = "must be above 0 and below 1 (0.85: slower than 85 % of the baseline)";
         bad_if(!(fraction > 0.0 && fraction < 1.0), "gang.pace.slow_fraction", why)?;
         at_least_a_second("gang.pace.window", pace.window)?;
-        let why = "gang.pace.min_steps and gang.pace.learn_windows must be at least 1";
-        bad_if(pace.min_steps == 0 || pace.learn_windows == 0, "gang.pace.min_steps", why)?;
+        bad_if(pace.min_steps == 0, "gang.pace.min_steps", "must be at least 1")?;
+        let why = "must be at least 1 (the baseline is learnt from these windows)";
+        bad_if(pace.learn_windows == 0, "gang.pace.learn_windows", why)?;
         let why = "must be at least gang.pace.window";
         bad_if(pace.slow_for < pace.window, "gang.pace.slow_for", why)
     }
@@ -136,7 +137,7 @@ impl GangConfig {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{key_of, parse};
+    use super::super::testing::{assert_names_keys, key_of, parse};
     use super::*;
 
     #[test]
@@ -149,5 +150,16 @@ mod tests {
         assert_eq!(c.gang.straggler, StragglerAction::Restart);
         assert_eq!(key_of(parse("[gang]\naction = \"sometimes\"\n")), "gang.action");
         assert_eq!(key_of(parse("[gang]\nbreaker_per_day = 0\n")), "gang.breaker_per_day");
+    }
+
+    #[test]
+    fn every_invalid_pace_value_names_its_key() {
+        assert_names_keys(&[
+            ("[gang.pace]\nmin_steps = 0", "gang.pace.min_steps"),
+            ("[gang.pace]\nlearn_windows = 0", "gang.pace.learn_windows"),
+            ("[gang.pace]\nslow_fraction = 1.0", "gang.pace.slow_fraction"),
+            ("[gang.pace]\nwindow = \"500ms\"", "gang.pace.window"),
+            ("[gang.pace]\nwindow = \"1m\"\nslow_for = \"30s\"", "gang.pace.slow_for"),
+        ]);
     }
 }

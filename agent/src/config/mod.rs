@@ -76,6 +76,8 @@ pub enum ConfigError {
 }
 
 /// Where environment overrides come from: the process environment in production, a map in tests.
+/// A variable set to the empty string is `Some("")` here: what empty means is the config's to say
+/// (unset for most, an error for `REDIS_URL`), the same in production and in tests.
 pub(crate) trait Env {
     fn get(&self, name: &str) -> Option<String>;
 }
@@ -85,7 +87,7 @@ pub(crate) struct ProcessEnv;
 
 impl Env for ProcessEnv {
     fn get(&self, name: &str) -> Option<String> {
-        std::env::var(name).ok().filter(|v| !v.is_empty())
+        std::env::var(name).ok()
     }
 }
 
@@ -174,11 +176,27 @@ fn file_error(path: &Path, problem: impl ToString) -> ConfigError {
     ConfigError::File { path: path.to_path_buf(), problem: problem.to_string() }
 }
 
-/// `var`'s value, when it is set, into `slot`.
+/// `var`'s value when it is set and not empty: an empty variable counts as unset.
+fn non_empty(env: &dyn Env, var: &str) -> Option<String> {
+    env.get(var).filter(|v| !v.is_empty())
+}
+
+/// `var`'s value, when it is set and not empty, into `slot`.
 fn from_env<T: From<String>>(env: &dyn Env, var: &str, slot: &mut T) {
-    if let Some(v) = env.get(var) {
+    if let Some(v) = non_empty(env, var) {
         *slot = v.into();
     }
+}
+
+/// A `REDIS_URL` that is set but empty (or blank) is refused: taken as unset, it silently gave
+/// every node its own embedded coordinator (its own breaker, budget and locks: no fleet safety),
+/// where an empty Secret value or a template that forgot the URL meant the fleet's Redis.
+fn check_redis_url_env(env: &dyn Env) -> Result<(), ConfigError> {
+    let empty = env.get("REDIS_URL").is_some_and(|v| v.trim().is_empty());
+    let why = "is set but empty: unset it to use redis.url from the file (empty there: the \
+               embedded coordinator, for one agent on one node only), or set it to the fleet's \
+               Redis URL (in Kubernetes, the Secret `vigil`'s key `redis-url`)";
+    bad_if(empty, "REDIS_URL", why)
 }
 
 /// The lines of `VIGIL_WEBHOOK_HEADERS` that say something (numbered from 1): not blank, not a
@@ -252,10 +270,12 @@ impl Config {
         bad("redis.ca_file", format!("cannot read {ca}: {e}"))
     }
 
-    /// `NODE_NAME`, `REDIS_URL` and `DOCKER_HOST` win over the file, as in the DaemonSet. Every
-    /// line of `VIGIL_WEBHOOK_HEADERS` that says something is `Name: value`, or an error that
-    /// does not show the line.
+    /// `NODE_NAME`, `REDIS_URL` and `DOCKER_HOST` win over the file, as in the DaemonSet; an
+    /// empty variable counts as unset, but for `REDIS_URL`, an error. Every line of
+    /// `VIGIL_WEBHOOK_HEADERS` that says something is `Name: value`, or an error that does not
+    /// show the line.
     pub(crate) fn apply_env(&mut self, env: &dyn Env) -> Result<(), ConfigError> {
+        check_redis_url_env(env)?;
         from_env(env, "NODE_NAME", &mut self.node_name);
         from_env(env, "DOCKER_HOST", &mut self.docker.host);
         from_env(env, "GCE_METADATA_HOST", &mut self.metadata.host);
@@ -279,12 +299,12 @@ impl Config {
             self.alerts.headers.insert(name.trim().to_string(), value.trim().into());
         }
         if self.kubernetes.enabled == Switch::Auto {
-            self.kubernetes_in_cluster = env.get("KUBERNETES_SERVICE_HOST").is_some();
+            self.kubernetes_in_cluster = non_empty(env, "KUBERNETES_SERVICE_HOST").is_some();
         }
         if self.node_name.is_empty() {
             let file =
                 || std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string());
-            self.node_name = env.get("HOSTNAME").or_else(file).unwrap_or_default();
+            self.node_name = non_empty(env, "HOSTNAME").or_else(file).unwrap_or_default();
         }
         Ok(())
     }
@@ -389,7 +409,8 @@ impl Config {
 
     /// `opportunistic.enabled` needs a pool to count and a shared Redis. The pool is
     /// `fleet.pool`, or the Node's `cloud.google.com/gke-nodepool` label, read at run time when
-    /// the Kubernetes API is on (until that read, no claim is taken).
+    /// the Kubernetes API is on (until that read, no claim is taken). `opportunistic.claim_ttl`
+    /// outlives two polls.
     fn validate_opportunistic(&self) -> Result<(), ConfigError> {
         let on = self.opportunistic.enabled;
         let why = "needs the node's pool: set fleet.pool (or VIGIL_POOL), or turn the Kubernetes API on \
@@ -398,7 +419,19 @@ impl Config {
         let no_pool = on && self.fleet.pool.is_empty() && !self.kubernetes_on();
         bad_if(no_pool, "opportunistic.enabled", why)?;
         let why = "needs Redis (REDIS_URL): the pool claim must be shared by every node";
-        bad_if(on && self.embedded(), "opportunistic.enabled", why)
+        bad_if(on && self.embedded(), "opportunistic.enabled", why)?;
+        // NB: the holder looks at its claim once a poll and takes its label off only when it
+        // finds the claim gone: a claim shorter than two polls could lapse before its holder
+        // ever looked (a 0s TTL was a 1 ms claim), and another node of the pool claim while the
+        // first is still offered.
+        let least = self.poll_interval * 2;
+        let why = format!(
+            "must be at least twice poll_interval ({}): the node holding the pool's claim checks \
+             it once a poll, so a shorter claim can expire while that node is still offered for \
+             maintenance and let a second node of the pool be offered at the same time",
+            humantime::format_duration(least)
+        );
+        bad_if(self.opportunistic.claim_ttl < least, "opportunistic.claim_ttl", why)
     }
 
     /// The defaults, as a commented TOML file (`vigil config defaults`).

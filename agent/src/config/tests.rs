@@ -64,6 +64,29 @@ fn env_overrides_file() {
     assert_eq!(c.docker.host, "tcp://127.0.0.1:2375");
 }
 
+/// An empty `REDIS_URL` is an error naming it (it was taken as unset: every node its own
+/// embedded coordinator); the other empty variables still count as unset.
+#[test]
+fn an_empty_redis_url_is_refused_and_other_empty_variables_are_unset() {
+    for blank in ["", " "] {
+        let empty = env(&[("NODE_NAME", "n1"), ("REDIS_URL", blank)]);
+        let e = Config::load(None, &empty).unwrap_err();
+        assert!(matches!(e, ConfigError::Invalid { key: "REDIS_URL", .. }), "{e}");
+        assert!(e.to_string().contains("is set but empty"), "{e}");
+    }
+    let mut c = Config::parse("[docker]\nhost = \"tcp://d:2375\"\n", Path::new("v.toml")).unwrap();
+    c.apply_env(&env(&[
+        ("NODE_NAME", "n1"),
+        ("DOCKER_HOST", ""),
+        ("VIGIL_POOL", ""),
+        ("KUBERNETES_SERVICE_HOST", ""),
+    ]))
+    .unwrap();
+    assert_eq!(c.docker.host, "tcp://d:2375");
+    assert!(c.fleet.pool.is_empty() && !c.kubernetes_in_cluster);
+    assert!(c.embedded());
+}
+
 #[test]
 fn alert_secrets_come_from_the_env() {
     let mut c = Config::parse("[alerts.headers]\nX-Team = \"ml\"\n", Path::new("v.toml")).unwrap();
@@ -116,7 +139,20 @@ fn every_invalid_value_names_its_key() {
             "opportunistic.enabled",
         ),
         ("[opportunistic]\nenabled = true\n[fleet]\npool = \"p\"", "opportunistic.enabled"),
+        // A claim that expires before its holder's next poll: two nodes of a pool offered.
+        ("[opportunistic]\nclaim_ttl = \"0s\"", "opportunistic.claim_ttl"),
     ]);
+}
+
+/// The pool's claim outlives two polls of the node holding it (the default, 2h, does).
+#[test]
+fn the_pool_claim_outlives_two_polls() {
+    let polls = "poll_interval = \"40s\"\n[fleet]\nheartbeat_ttl = \"2m\"\n";
+    let short = format!("{polls}[opportunistic]\nclaim_ttl = \"79s\"\n");
+    assert_eq!(key_of(parse(&short)), "opportunistic.claim_ttl");
+    assert!(parse(&format!("{polls}[opportunistic]\nclaim_ttl = \"80s\"\n")).is_ok());
+    let e = parse("[opportunistic]\nclaim_ttl = \"20s\"\n").unwrap_err().to_string();
+    assert!(e.contains("at least twice poll_interval (30s)"), "{e}");
 }
 
 #[test]

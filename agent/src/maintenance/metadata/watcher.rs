@@ -45,12 +45,30 @@ pub struct WatchConfig {
     /// next request, so a server that ignores `wait_for_change` is polled, not hammered.
     #[educe(Default(expression = Duration::from_secs(5)))]
     pub min_interval: Duration,
-    /// Start-up reads of maintenance-event that may fail to connect before the watcher decides
-    /// it is not on GCE (a node's network can come up a moment after the agent).
+    /// Start-up reads of maintenance-event that may fail to connect, retried quickly (a node's
+    /// network can come up a moment after the agent), before the watcher says the server is
+    /// unreachable, probes it with backoff, and (unless `gce_known`) decides it is not on GCE.
     #[educe(Default(expression = 3))]
     pub startup_attempts: u32,
+    /// The operator says this is GCE (`metadata.enabled = "on"`): a server that cannot be
+    /// reached is late, not absent, so failing the quick attempts does not end the start-up read
+    /// (restarts keep waiting for it, up to `metadata.first_read_wait`).
+    pub gce_known: bool,
     /// Where a standing problem (no `maintenance-event` key) is reported for `/readyz`.
     pub warnings: Option<Warnings>,
+}
+
+/// Quick start-up attempts with `metadata.enabled = "on"` (about 6 s of them with the defaults,
+/// against `auto`'s 3): the operator says the server is there, so give a late network longer.
+const ON_STARTUP_ATTEMPTS: u32 = 30;
+
+impl WatchConfig {
+    /// This tuning for `metadata.enabled = "on"`: more quick attempts at start-up, then the same
+    /// message and backoff as `auto`, and the start-up read ends only when the server answers
+    /// (see [`WatchConfig::gce_known`]).
+    pub fn enabled_on(self) -> WatchConfig {
+        WatchConfig { startup_attempts: ON_STARTUP_ATTEMPTS, gce_known: true, ..self }
+    }
 }
 
 /// Watch `maintenance-event`, `upcoming-maintenance` and `preempted` until `shutdown` fires,
@@ -79,7 +97,8 @@ pub async fn watch_with(
 
 /// The first answer of the metadata server (`maintenance-event`), probed until it comes;
 /// `None` at shutdown. Once the quick attempts have all failed to connect, the start-up read is
-/// over (`RawMetadata::settled`: not on GCE).
+/// over (`RawMetadata::settled`: not on GCE), unless the operator says this is GCE
+/// ([`WatchConfig::gce_known`]).
 async fn first_answer(ctx: &Ctx) -> Option<Answer> {
     let (key, cfg) = (Key::MaintenanceEvent, &ctx.cfg);
     let attempts = cfg.startup_attempts.max(1);
@@ -101,19 +120,39 @@ async fn first_answer(ctx: &Ctx) -> Option<Answer> {
             }
         };
         ctx.metrics.maintenance.metadata_error(key.as_str(), e.kind());
-        if attempt == attempts {
+        let step = unreached(cfg, attempt);
+        if step.settle {
             // NB: read as "no maintenance" from here on (not on GCE): the start-up read is
             // over, and restarts stop waiting for it.
             ctx.tx.send_if_modified(|raw| !std::mem::replace(&mut raw.settled, true));
+        }
+        if step.say {
             tracing::info!(
                 "GCE metadata server unreachable ({}): not on GCE, or not up yet; probing again with backoff (off GCE, set metadata.enabled = \"off\")",
                 chain(&e)
             );
         }
-        let pause_for =
-            if attempt < attempts { cfg.unavailable_retry.0 } else { probe.next_delay() };
+        let pause_for = if step.quick { cfg.unavailable_retry.0 } else { probe.next_delay() };
         ctx.shutdown.run_until_cancelled(tokio::time::sleep(pause_for)).await?;
     }
+}
+
+/// What the start-up probe does after a failed connect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Unreached {
+    /// Say that the server cannot be reached: once, after the last quick attempt.
+    say: bool,
+    /// End the start-up read (`RawMetadata::settled`): not on GCE.
+    settle: bool,
+    /// Retry after `unavailable_retry.0`; otherwise after the next step of the backoff.
+    quick: bool,
+}
+
+/// What the start-up probe does after its `attempt`-th (from 1) failed connect under `cfg`.
+fn unreached(cfg: &WatchConfig, attempt: u32) -> Unreached {
+    let attempts = cfg.startup_attempts.max(1);
+    let last = attempt == attempts;
+    Unreached { say: last, settle: last && !cfg.gce_known, quick: attempt < attempts }
 }
 
 /// The watched keys; `as_str` is the metric label.
@@ -374,4 +413,42 @@ const UNAVAILABLE_FAST: u32 = 10;
 fn jitter(lo: Duration, hi: Duration) -> Duration {
     let (lo, hi) = (lo.as_millis() as u64, hi.as_millis() as u64);
     Duration::from_millis(rand::rng().random_range(lo..=hi.max(lo)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The start-up probe's steps over the first `n` failed connects.
+    fn schedule(cfg: &WatchConfig, n: u32) -> Vec<Unreached> {
+        (1..=n).map(|attempt| unreached(cfg, attempt)).collect()
+    }
+
+    /// `metadata.enabled = "on"` once retried an unreachable server every 200 ms for ever,
+    /// silently (its quick attempts had no end): now a few seconds of quick retries, then the
+    /// backoff for good, the server's absence said once, and the start-up read never ended by
+    /// it (the operator says this is GCE).
+    #[test]
+    fn on_retries_quickly_at_start_then_says_it_once_and_backs_off_never_settling() {
+        let steps = schedule(&WatchConfig::default().enabled_on(), 10_000);
+        let quick = steps.iter().take_while(|s| s.quick).count();
+        assert!((10..100).contains(&quick), "a few seconds of quick retries, not {quick}");
+        assert!(steps[quick..].iter().all(|s| !s.quick), "then the backoff, for good");
+        assert_eq!(steps.iter().filter(|s| s.say).count(), 1, "said once");
+        assert!(steps[quick].say, "when the quick retries end");
+        assert!(steps.iter().all(|s| !s.settle), "an unreachable server is late, not absent");
+    }
+
+    /// `auto`: three quick attempts, then said once, the start-up read over (not on GCE), and
+    /// probed with backoff.
+    #[test]
+    fn auto_settles_after_its_quick_attempts() {
+        let steps = schedule(&WatchConfig::default(), 50);
+        let quick = steps.iter().take_while(|s| s.quick).count();
+        assert_eq!(quick, 2);
+        let once = Unreached { say: true, settle: true, quick: false };
+        assert_eq!(steps[quick], once);
+        let later = Unreached { say: false, settle: false, quick: false };
+        assert!(steps[quick + 1..].iter().all(|s| *s == later));
+    }
 }
