@@ -1,5 +1,6 @@
 //! `vigil`: parse the command line, run the command, map failures to exit codes
-//! (2 = bad configuration, 1 = anything else, including a drain that ran out of time).
+//! (2 = bad configuration or command line, 3 = a drill that could not run, 1 = anything else,
+//! including a drain that ran out of time).
 
 use std::process::ExitCode;
 use std::time::Duration;

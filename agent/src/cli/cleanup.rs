@@ -1,8 +1,11 @@
 //! `vigil cleanup`: the uninstall of what Vigil wrote on a Node. Every label and annotation under
-//! `kubernetes.label_prefix`, Vigil's taints (by key, whatever their effect) and its conditions
-//! (`VigilMaintenance`, `VigilGPUUnhealthy`, `VigilTPUUnhealthy`, and the retired
-//! `VigilGPUHealthy`) come off; nothing else is touched. Needs only the
-//! agent's own RBAC: `get` and `patch` on `nodes`, `patch` on `nodes/status`.
+//! `kubernetes.label_prefix`, Vigil's taints (by key, whatever their effect: the prefix's
+//! `termination-imminent`, `gpu-failed`, `tpu-failed` and `slow`, [`taint_keys`]) and its
+//! conditions ([`CONDITIONS`]: `VigilMaintenance`, `VigilGPUUnhealthy`, `VigilTPUUnhealthy`,
+//! `VigilSlow`) come off; nothing else is touched: not the retired `VigilGPUHealthy`
+//! (docs/upgrading.md), and not GKE's `cloud.google.com/perform-maintenance` label, which is only
+//! named. Needs only the agent's own RBAC: `get` and `patch` on `nodes`, `patch` on
+//! `nodes/status`.
 
 use super::{failed, CliError};
 use crate::config::Config;
@@ -74,7 +77,7 @@ mod tests {
             labels: vec!["vigil.dev/maintenance".into()],
             annotations: vec!["vigil.dev/last-checkpoint".into()],
             taints: vec!["vigil.dev/gpu-failed=true:NoSchedule".into()],
-            conditions: vec!["VigilGPUHealthy".into()],
+            conditions: vec!["VigilSlow".into()],
             kept: vec![],
         };
         let out = render("n1", "vigil.dev/", &some, true);
@@ -83,7 +86,7 @@ mod tests {
             "  label vigil.dev/maintenance",
             "  annotation vigil.dev/last-checkpoint",
             "  taint vigil.dev/gpu-failed=true:NoSchedule",
-            "  condition VigilGPUHealthy",
+            "  condition VigilSlow",
             "dry run",
         ] {
             assert!(out.contains(line), "{line}: {out}");
@@ -99,5 +102,24 @@ mod tests {
             out.contains("kubectl label node n1 cloud.google.com/perform-maintenance-"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn the_help_names_exactly_what_cleanup_removes() {
+        let cli = <crate::cli::Cli as clap::CommandFactory>::command();
+        let cleanup = cli.find_subcommand("cleanup");
+        let about = cleanup.and_then(|c| c.get_long_about().or(c.get_about()));
+        let help = about.map(ToString::to_string).unwrap_or_default();
+        for condition in CONDITIONS {
+            assert!(help.contains(condition), "{condition} missing from `vigil cleanup --help`");
+        }
+        let k = crate::config::KubernetesConfig::default();
+        for key in taint_keys(&k) {
+            let taint = key.strip_prefix(k.label_prefix.as_str()).unwrap_or(key.as_str());
+            assert!(help.contains(taint), "taint {taint} missing from `vigil cleanup --help`");
+        }
+        // The retired condition is named only as one that stays (cleanup no longer lists it).
+        let retired = help.matches("VigilGPUHealthy").count();
+        assert_eq!(retired, help.matches("VigilGPUHealthy is not removed").count(), "{help}");
     }
 }

@@ -1,6 +1,7 @@
 //! The `vigil` command line: the agent (`run`, wired in `crate::app`) and the commands an
 //! operator or a worker runs by hand, one file each. Config errors exit 2 with one line naming
-//! the key; other failures exit 1.
+//! the key, as does a malformed flag (clap's usage error, naming the flag); a drill that could not
+//! run exits 3; other failures exit 1.
 
 mod beat;
 mod budget;
@@ -32,7 +33,15 @@ use crate::hang::model;
     long_about = "Vigil watches the opted-in worker containers of one node, decides from their shared \
 status records whether one is hung, and restarts it behind a persistence timer, a per-node lock, \
 last-moment revalidation, a daily circuit breaker, a fleet budget and a cooldown marker.\n\n\
-Environment: NODE_NAME, REDIS_URL and DOCKER_HOST override the config file; RUST_LOG overrides log.level."
+Environment: NODE_NAME, REDIS_URL, DOCKER_HOST, GCE_METADATA_HOST, VIGIL_POOL, VIGIL_SLICE, \
+VIGIL_WEBHOOK_URL, VIGIL_ALERTMANAGER_URL and VIGIL_PAGERDUTY_ROUTING_KEY win over the config \
+file (node_name, redis.url, docker.host, metadata.host, fleet.pool, fleet.slice, \
+alerts.webhook_url, alerts.alertmanager_url, alerts.routing_key); VIGIL_WEBHOOK_HEADERS \
+(`Name: value` lines) adds to alerts.headers; RUST_LOG overrides log.level; \
+KUBERNETES_SERVICE_HOST (set in every pod) makes kubernetes.enabled = \"auto\" mean on; without \
+node_name or NODE_NAME, HOSTNAME (else /etc/hostname) names the node. VIGIL_CONFIG stands for \
+--config, VIGIL_TOKEN_FILE for `vigil beat --token-file`; NO_COLOR keeps the log plain at a \
+terminal. Details: docs/configuration.md."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -96,10 +105,13 @@ pub(crate) enum Command {
     /// Kubernetes permissions; one line each with ok / warn / FAIL and what to do. Exits 1 when
     /// a check fails.
     Doctor(ConfigArg),
-    /// Uninstall from a Node what Vigil wrote there: every label and annotation under
-    /// `kubernetes.label_prefix`, Vigil's taints and its conditions (VigilMaintenance,
-    /// VigilGPUUnhealthy, VigilTPUUnhealthy, and the retired VigilGPUHealthy), and nothing else. Run it after `kubectl delete -k`, once per node;
-    /// a second run removes nothing and says so.
+    /// Uninstall from a Node what Vigil wrote there, and nothing else: every label and annotation
+    /// under `kubernetes.label_prefix`; Vigil's taints under that prefix, whatever their effect
+    /// (`termination-imminent`, `gpu-failed`, `tpu-failed`, `slow`); its conditions
+    /// (VigilMaintenance, VigilGPUUnhealthy, VigilTPUUnhealthy, VigilSlow). The retired
+    /// VigilGPUHealthy is not removed (docs/upgrading.md), nor GKE's
+    /// `cloud.google.com/perform-maintenance` label (named when set). Run it after `kubectl
+    /// delete -k`, once per node; a second run removes nothing and says so.
     Cleanup {
         #[command(flatten)]
         config: ConfigArg,
@@ -338,5 +350,98 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Drill(DrillCommand::Checkpoint(d)) => drill::run(&load(&d.config)?, &d).await,
         Command::Config(ConfigCommand::Check(config)) => config::check(&load(&config)?),
         Command::Config(ConfigCommand::Defaults) => config::defaults(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use clap::CommandFactory;
+
+    use super::*;
+    use crate::config::Env;
+
+    /// An environment that holds nothing and remembers every name asked of it.
+    #[derive(Default)]
+    struct Asked(RefCell<Vec<String>>);
+
+    impl Env for Asked {
+        fn get(&self, name: &str) -> Option<String> {
+            self.0.borrow_mut().push(name.to_string());
+            None
+        }
+    }
+
+    /// A command that runs, with its words (`config check`).
+    type Leaf<'a> = (Vec<&'a str>, &'a clap::Command);
+
+    /// Every command that runs (`vigil config check`, not the group `vigil config`).
+    fn leaves<'a>(cmd: &'a clap::Command, words: &[&'a str], out: &mut Vec<Leaf<'a>>) {
+        for sub in cmd.get_subcommands() {
+            let mut path = words.to_vec();
+            path.push(sub.get_name());
+            if sub.has_subcommands() {
+                leaves(sub, &path, out);
+            } else {
+                out.push((path, sub));
+            }
+        }
+    }
+
+    #[test]
+    fn the_help_names_every_environment_variable_vigil_reads() {
+        let asked = Asked::default();
+        let applied = Config::default().apply_env(&asked);
+        assert!(applied.is_ok(), "{applied:?}");
+        let mut names = asked.0.take();
+        // Read by the log filter and the log writer (`crate::app`), not by the config.
+        names.extend(["RUST_LOG", "NO_COLOR"].map(String::from));
+        let cli = Cli::command();
+        let mut commands = Vec::new();
+        leaves(&cli, &[], &mut commands);
+        for (_, cmd) in &commands {
+            let flags = cmd.get_arguments().filter_map(|a| a.get_env()?.to_str());
+            names.extend(flags.map(String::from));
+        }
+        assert!(names.iter().any(|n| n == "VIGIL_TOKEN_FILE"), "{names:?}");
+        let help = cli.get_long_about().map(ToString::to_string).unwrap_or_default();
+        for name in &names {
+            assert!(help.contains(name.as_str()), "{name} missing from `vigil --help`: {help}");
+        }
+    }
+
+    /// The synopses (first cells) of docs/cli.md's command table, as words (backticks and the
+    /// cell's bar dropped).
+    fn documented_synopses() -> Vec<Vec<String>> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/cli.md");
+        let page = std::fs::read_to_string(path).unwrap_or_default();
+        let rows = page.lines().filter(|l| l.starts_with("| `vigil "));
+        let cells = rows.filter_map(|l| l.split(" | ").next()).map(|c| c.replace(['|', '`'], " "));
+        cells.map(|c| c.split_whitespace().map(String::from).collect()).collect()
+    }
+
+    #[test]
+    fn docs_cli_md_names_every_flag_of_every_command() {
+        let synopses = documented_synopses();
+        assert!(!synopses.is_empty(), "no command table in docs/cli.md");
+        let cli = Cli::command();
+        let mut commands = Vec::new();
+        leaves(&cli, &[], &mut commands);
+        for (words, cmd) in &commands {
+            let command = words.join(" ");
+            let named = |s: &&Vec<String>| {
+                let after = s.get(1..=words.len()).unwrap_or_default();
+                after.iter().map(String::as_str).eq(words.iter().copied())
+            };
+            let Some(row) = synopses.iter().find(named) else {
+                panic!("vigil {command} missing from docs/cli.md")
+            };
+            let row = row.join(" ");
+            for long in cmd.get_arguments().filter_map(|a| a.get_long()) {
+                let flag = format!("--{long}");
+                assert!(row.contains(&flag), "docs/cli.md: vigil {command} lacks {flag}: {row}");
+            }
+        }
     }
 }
