@@ -50,6 +50,15 @@ pub(crate) struct Change {
     pub(crate) detail: String,
 }
 
+impl Change {
+    /// Whether the change is an Event (and, to failed, an alert) for `r`, the report now shown:
+    /// a change of the health shown, while monitoring. The GPU's rule adds its monitor's start
+    /// (`crate::accel::gpu::policy_node::announced`).
+    pub(crate) fn announced<A: Accelerator>(&self, r: &A) -> bool {
+        r.monitoring() && self.prev != Some(r.health())
+    }
+}
+
 impl<A: Tracked> HealthTracker<A> {
     const REASONS_EVERY: Duration = Duration::from_secs(60);
 
@@ -86,7 +95,8 @@ impl<A: Tracked> HealthTracker<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accel::gpu::model::{GpuMonitorState, GpuReport, GpuStatus};
+    use crate::accel::gpu::model::{Failure, GpuMonitorState, GpuReport, GpuStatus};
+    use crate::accel::gpu::policy_node::announced;
     use crate::accel::tpu::model::{TpuHealth, TpuReport};
 
     fn gpu(state: GpuMonitorState, node: Health, reasons: &[&str]) -> GpuReport {
@@ -152,6 +162,58 @@ mod tests {
         assert!(failed_gpus(&[3], &[]).differs(t.report()));
     }
 
+    /// [`failed_gpus`] with a failure on each failed GPU: those of `kept` kept from before the
+    /// agent restarted (`gpu.state_file`), those of `new` this process's own.
+    fn failures(kept: &[u32], new: &[u32]) -> GpuReport {
+        let all: Vec<u32> = kept.iter().chain(new).copied().collect();
+        let mut r = failed_gpus(&all, &[]);
+        for g in &mut r.gpus {
+            let from_file = kept.contains(&g.index);
+            if from_file || new.contains(&g.index) {
+                g.failure = Some(Failure { kept: from_file, ..Failure::default() });
+            }
+        }
+        r
+    }
+
+    #[test]
+    fn an_agent_restart_does_not_announce_a_kept_failure_again() {
+        let m = Metrics::new();
+        // The controller's first look is often the channel's default: the monitor starting.
+        let restarted = || {
+            let mut t = HealthTracker::<GpuReport>::default();
+            t.seed(GpuReport::default(), &m);
+            t
+        };
+        let mut t = restarted();
+        let c = t.fold(failures(&[0], &[]), &m).expect("the first verdict shows");
+        assert_eq!(c.prev, None, "no health is shown while the monitor starts");
+        assert_eq!(c.detail, "GPU health unknown → failed");
+        assert!(t.report().noted(c.prev), "the trail notes it");
+        assert!(!announced(t.report(), c.prev), "no Event, no alert: they went out before");
+        // The same through the kept failure published before NVML is read.
+        let mut t = restarted();
+        let before_nvml = GpuReport { state: GpuMonitorState::Starting, ..failures(&[0], &[]) };
+        let c = t.fold(before_nvml, &m).expect("the kept failure shows");
+        assert!(!announced(t.report(), c.prev));
+        let c = t.fold(failures(&[0], &[]), &m).expect("monitoring now");
+        assert!(!announced(t.report(), c.prev));
+        // A failure of this process is announced, a kept one beside it or not.
+        let mut t = restarted();
+        let c = t.fold(failures(&[], &[1]), &m).expect("a failure shows");
+        assert!(announced(t.report(), c.prev));
+        let mut t = restarted();
+        let c = t.fold(failures(&[0], &[1]), &m).expect("a failure shows");
+        assert!(announced(t.report(), c.prev));
+        // Up healthy: no Event (healthy until told otherwise); a failure after that: one.
+        let mut t = restarted();
+        let up = gpu(GpuMonitorState::On, Health::Healthy, &[]);
+        let c = t.fold(up, &m).expect("monitoring now");
+        assert!(!announced(t.report(), c.prev));
+        let c = t.fold(failures(&[], &[2]), &m).expect("a failure shows");
+        assert!(announced(t.report(), c.prev));
+    }
+
     #[test]
     fn the_gpu_monitors_state_shows_without_a_verdict() {
         // Starting → no GPU: no health on either side, but the condition's reason changes.
@@ -172,8 +234,10 @@ mod tests {
         let c = t.fold(r.clone(), &m).expect("the first report always shows");
         assert_eq!(c.prev, None);
         assert!(c.detail.ends_with("(was unknown)"), "{}", c.detail);
+        assert!(c.announced(t.report()), "a TPU's first verdict is an Event");
         let fewer = TpuReport { present: 3, health: TpuHealth::Failed, ..r };
         let c = t.fold(fewer, &m).expect("a chip gone shows at once");
         assert_eq!(c.prev, Some(TpuHealth::Healthy));
+        assert!(c.announced(t.report()));
     }
 }

@@ -102,9 +102,8 @@ impl From<CheckpointMethod> for String {
 /// stopped for two very different reasons: its node is going away (the workers will go too), or
 /// it is being replaced (a DaemonSet rollout, `systemctl restart`), when the workers go on as
 /// they are and a save asked of every worker of every node is a cost for nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-#[strum(serialize_all = "kebab-case")]
 pub(crate) enum OnSigterm {
     /// Only when the node is going away: a termination or preemption notice, the Node being
     /// deleted, shutting down (the kubelet's graceful shutdown) or marked for removal
@@ -115,8 +114,6 @@ pub(crate) enum OnSigterm {
     /// Never (notices still do).
     Never,
 }
-
-as_str!(pub OnSigterm);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
 #[educe(Default)]

@@ -154,10 +154,13 @@ impl NodePublisher {
         let Some(api) = self.device_taints.clone() else { return Taints::Off };
         let (gpu, g) = (&self.view.gpu, &self.cfg.gpu);
         let observe_on_v1alpha3 = self.cfg.dry_run && g.dra_api_version == "v1alpha3";
+        // NB: looked at even when there is nothing to do: otherwise every tick would publish the
+        // Node again on a node without GPUs. A new GPU report publishes at once (`apply_gpu`),
+        // and a change of observe mode looks again (`set_dry_run`).
+        self.device_checked = Some(tokio::time::Instant::now());
         if !gpu.settled() || !gpu.failures_known() || observe_on_v1alpha3 {
             return Taints::Uncovered;
         }
-        self.device_checked = Some(tokio::time::Instant::now());
         let failed = gpu.gpus.iter().filter(|g| g.health == GpuHealth::Failed);
         let failed: Vec<String> = failed.map(|g| g.uuid.clone()).collect();
         let node = &self.cfg.node_name;
@@ -207,6 +210,28 @@ impl NodePublisher {
                 self.metrics.kube.error("event");
                 tracing::warn!(reason, "the Kubernetes API did not answer; Event not recorded");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accel::gpu::model::GpuMonitorState;
+
+    /// A node without GPUs (or a monitor not started, or off) has no device taint to reconcile:
+    /// one look, then the periodic recheck, not a publish of the Node on every tick.
+    #[tokio::test]
+    async fn device_taints_without_gpus_are_not_due_again_at_the_next_tick() {
+        let api = KubeDeviceTaints::connect("http://127.0.0.1:9", "v1beta2").await;
+        let api = Arc::new(api.expect("a client is made without a call"));
+        for state in [GpuMonitorState::NoGpu, GpuMonitorState::Starting, GpuMonitorState::Off] {
+            let mut p = NodePublisher::new(&Config::default(), None, Arc::new(Metrics::new()));
+            p.device_taints = Some(api.clone());
+            p.view.gpu = GpuReport::in_state(state);
+            assert!(p.device_taints_due(), "{state:?}: never looked at yet");
+            assert_eq!(p.publish_device_taints().await, Taints::Uncovered, "{state:?}");
+            assert!(!p.device_taints_due(), "{state:?}: looked at just now");
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The GPU report as the Node shows it (pure): the `GPU` row of the accelerators' table (its
 //! label, annotation, taint, condition and Events), the report read through the shared
-//! accelerator rules (`crate::accel::policy::Accelerator`), the `VigilGPUUnhealthy` condition and
-//! the line for a wedged driver.
+//! accelerator rules (`crate::accel::policy::Accelerator`), which of its changes are an Event and
+//! an alert ([`announced`]), the `VigilGPUUnhealthy` condition and the line for a wedged driver.
 
 use std::collections::BTreeSet;
 
@@ -48,22 +48,43 @@ impl Accelerator for GpuReport {
     fn differs(&self, other: &Self) -> bool {
         self.state != other.state || self.node != other.node || failed(self) != failed(other)
     }
-    // NB: a GPU's health is shown from the start (healthy until told otherwise), so a monitor
-    // that comes up healthy is no Event.
+    // NB: none while the monitor starts: the Node then still shows what the agent before this
+    // one left there (`settled`), and that is not known here; the first verdict's Event and
+    // alert are for [`announced`] to judge. From then on a GPU is shown healthy until told
+    // otherwise, NVML or not.
     fn shown(&self) -> Option<Health> {
-        Some(self.node)
+        (self.state != GpuMonitorState::Starting).then_some(self.node)
     }
     fn noted(&self, _prev: Option<Health>) -> bool {
         GpuReport::monitoring(self)
     }
     fn detail(&self, prev: &Self) -> String {
-        let (was, now) = (prev.node.as_str(), self.node.as_str());
+        let (was, now) = (prev.shown().map_or("unknown", Health::as_str), self.node.as_str());
         match self.state {
             GpuMonitorState::NvmlHung => format!("GPU health {was} → unknown: {}", hung_line(self)),
             _ if self.node_reasons.is_empty() => format!("GPU health {was} → {now}"),
             _ => format!("GPU health {was} → {now}: {}", self.node_reasons.join("; ")),
         }
     }
+}
+
+/// Whether a change to `report` from a report that showed `prev` is an Event (and, failed, an
+/// alert): a change of health while monitoring. From no health shown (the monitor was starting)
+/// neither a GPU that comes up healthy (healthy until told otherwise) nor a failure made only of
+/// failures kept from before the agent restarted is one: their Event and alert went out when
+/// they happened, and a rollout of the agent must not page again for every failed GPU.
+pub(crate) fn announced(report: &GpuReport, prev: Option<Health>) -> bool {
+    match prev {
+        None if report.node == Health::Healthy || only_kept(report) => false,
+        _ => report.monitoring() && prev != Some(report.node),
+    }
+}
+
+/// Whether `report` has failed GPUs, each failed by a failure kept from before the agent
+/// restarted (`gpu.state_file`).
+fn only_kept(report: &GpuReport) -> bool {
+    let mut failed = report.gpus.iter().filter(|g| g.health == Health::Failed).peekable();
+    failed.peek().is_some() && failed.all(|g| g.failure.as_ref().is_some_and(|f| f.kept))
 }
 
 /// The failed GPUs of `report`, each by its [`identity`].

@@ -4,7 +4,7 @@
 use crate::accel::gpu::model::{GpuMonitorState, GpuReport};
 use crate::accel::gpu::policy::new_cleared;
 use crate::accel::gpu::policy_episode::new_begun;
-use crate::accel::gpu::policy_node::hung_line;
+use crate::accel::gpu::policy_node::{announced, hung_line};
 use crate::accel::model::Health;
 use crate::accel::policy::event_for;
 use crate::accel::tpu::model::TpuReport;
@@ -30,7 +30,8 @@ impl Controller {
         let Some(change) = self.gpu.fold(report, &self.metrics) else { return };
         let r = self.gpu.report().clone();
         self.node.view.gpu = r.clone();
-        self.show_health(r, change).await;
+        let announce = announced(&r, change.prev);
+        self.show_health(r, change, announce).await;
     }
 
     /// A new TPU report, folded into its tracker (metrics always) and shown when it changed.
@@ -38,7 +39,8 @@ impl Controller {
         let Some(change) = self.tpu.fold(report, &self.metrics) else { return };
         let r = self.tpu.report().clone();
         self.node.view.tpu = Some(r.clone());
-        self.show_health(r, change).await;
+        let announce = change.announced(&r);
+        self.show_health(r, change, announce).await;
     }
 
     /// One Event per XID episode that began (`VigilGpuXid`), not per event: a GPU repeating an
@@ -52,14 +54,15 @@ impl Controller {
     }
 
     /// A report of any kind whose health, headline facts or reasons changed (`change`, from its
-    /// tracker), `r` now in the Node's view: the Node, the trail, an Event and (on failure) an
-    /// alert.
-    async fn show_health<A: Tracked>(&mut self, r: A, change: Change) {
+    /// tracker), `r` now in the Node's view: the Node, the trail, and when `announce` (the
+    /// kind's rule: [`Change::announced`], the GPU's [`announced`]) an Event and (on failure)
+    /// an alert.
+    async fn show_health<A: Tracked>(&mut self, r: A, change: Change, announce: bool) {
         if r.noted(change.prev) {
             self.note(A::TRAIL, change.detail.clone()).await;
         }
         self.node.publish().await;
-        if !r.monitoring() || change.prev == Some(r.health()) {
+        if !announce {
             return;
         }
         let (reason, kind) = event_for(A::NAMES, r.health());

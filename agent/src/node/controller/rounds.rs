@@ -72,7 +72,7 @@ impl Controller {
         if !rounds.is_empty() {
             return self.finish_round(rounds, record_by).await;
         }
-        let recent = self.last_round_ended.is_some_and(|t| t.elapsed() < RECENT_ROUND);
+        let ended_ago = self.last_round_ended.map(|t| t.elapsed());
         let why = match on_sigterm {
             OnSigterm::Never => None,
             OnSigterm::Always => Some("checkpoint.on_sigterm = always".to_string()),
@@ -80,19 +80,12 @@ impl Controller {
                 going_away(self.state.phase, self.fresh_node().await.as_ref())
             }
         };
-        match why {
-            Some(why) if !recent => {
-                let left = record_by.saturating_duration_since(Instant::now());
-                let budget = self.cfg.checkpoint.sigterm_budget.min(left);
-                self.note(Code::AgentStopping, format!("asking the workers to checkpoint: {why}"))
-                    .await;
-                self.checkpoint("agent-sigterm", budget).await;
-            }
-            _ => {
-                let setting = on_sigterm.as_str();
-                let detail = format!("no checkpoint asked: the node is not going away (checkpoint.on_sigterm = {setting}; a rollout leaves the workers running)");
-                self.note(Code::AgentStopping, detail).await;
-            }
+        let (ask, detail) = sigterm_decision(on_sigterm, why, ended_ago);
+        self.note(Code::AgentStopping, detail).await;
+        if ask {
+            let left = record_by.saturating_duration_since(Instant::now());
+            let budget = self.cfg.checkpoint.sigterm_budget.min(left);
+            self.checkpoint("agent-sigterm", budget).await;
         }
     }
 
@@ -131,5 +124,72 @@ impl Controller {
             }
         }
         self.last_info.clone()
+    }
+}
+
+/// What SIGTERM does with no round under way: whether it asks the workers to checkpoint, and the
+/// trail's line saying why or why not. `why`: the setting's reason to ask (`None`: it gives
+/// none); `ended_ago`: how long ago the last round ended (`None`: none has).
+///
+/// NB: each case its own line: a node that is going away but skips the checkpoint because a
+/// round just ended (a preemption's SIGTERM after its notice's round) must not read as one that
+/// is not going away.
+fn sigterm_decision(
+    on_sigterm: OnSigterm,
+    why: Option<String>,
+    ended_ago: Option<Duration>,
+) -> (bool, String) {
+    match (why, ended_ago.filter(|ago| *ago < RECENT_ROUND)) {
+        (Some(why), None) => (true, format!("asking the workers to checkpoint: {why}")),
+        (Some(why), Some(ago)) => {
+            let secs = ago.as_secs();
+            (false, format!("no checkpoint asked: a round ended {secs}s ago ({why})"))
+        }
+        (None, _) if on_sigterm == OnSigterm::Never => {
+            (false, "no checkpoint asked: checkpoint.on_sigterm = never".to_string())
+        }
+        (None, _) => {
+            let line = "no checkpoint asked: the node is not going away (checkpoint.on_sigterm = node-going-away; a rollout leaves the workers running)";
+            (false, line.to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asked(on: OnSigterm, why: Option<&str>, ago_s: Option<u64>) -> (bool, String) {
+        sigterm_decision(on, why.map(str::to_string), ago_s.map(Duration::from_secs))
+    }
+
+    #[test]
+    fn each_sigterm_without_a_checkpoint_says_its_own_reason() {
+        let notice = Some("a termination or preemption notice");
+        let (ask, line) = asked(OnSigterm::NodeGoingAway, notice, Some(600));
+        assert!(ask);
+        assert_eq!(line, "asking the workers to checkpoint: a termination or preemption notice");
+        assert!(asked(OnSigterm::NodeGoingAway, notice, None).0);
+        // Going away, but a round ended moments ago: not "the node is not going away".
+        let (ask, line) = asked(OnSigterm::NodeGoingAway, notice, Some(12));
+        assert!(!ask);
+        let expected =
+            "no checkpoint asked: a round ended 12s ago (a termination or preemption notice)";
+        assert_eq!(line, expected);
+        let always = Some("checkpoint.on_sigterm = always");
+        let (ask, line) = asked(OnSigterm::Always, always, Some(12));
+        assert!(!ask);
+        let expected =
+            "no checkpoint asked: a round ended 12s ago (checkpoint.on_sigterm = always)";
+        assert_eq!(line, expected);
+        // `never` says so, whenever the last round ended.
+        for ago in [None, Some(12)] {
+            let (ask, line) = asked(OnSigterm::Never, None, ago);
+            assert!(!ask);
+            assert_eq!(line, "no checkpoint asked: checkpoint.on_sigterm = never");
+        }
+        let (ask, line) = asked(OnSigterm::NodeGoingAway, None, Some(600));
+        assert!(!ask);
+        assert!(line.starts_with("no checkpoint asked: the node is not going away"), "{line}");
     }
 }
