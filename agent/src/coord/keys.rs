@@ -67,7 +67,7 @@ keys! {
     /// The claim plus the lock's TTL, lowered to the restart's verification, raised to a failure.
     pub gang_line(worker: &str) => n "worker:{worker}:gang-line";
     /// The silences the worker came back from, over its incarnations and agents,
-    /// `"<since_ms>|<bucket>:<count>,…"` (`crate::hang::model_rhythm::History`).
+    /// `"<since_ms>|<longest_ms>|<bucket>:<count>,…"` (`crate::hang::model_rhythm::History`).
     pub rhythm(worker: &str) => n "worker:{worker}:rhythm";
     /// When each step of a restarted incident happened, `"<since>:<verdict>:<command>:<new
     /// incarnation>"` (`crate::hang::policy_lost`), from the verification to the first beat.
@@ -80,7 +80,7 @@ keys! {
     pub progress(worker: &str) => n "worker:{worker}:progress";
     /// Cooldown marker after our restart, and the claim of that restart before it runs:
     /// `"<claim_ms>:<incident_id>:<container id>:<started_at>"`, `":done"` appended once the
-    /// restart is verified.
+    /// restart is verified; `"<ms>:external"` for someone else's restart.
     pub cooldown(worker: &str) => n "worker:{worker}:cooldown";
     /// Failed restarts of the current incident and when the next may run:
     /// `"<incident_id>:<failures>:<not_before_ms>"`.
@@ -124,7 +124,9 @@ keys! {
     pub gang_members(gang: &str, shard: u32) => f "gang:{{{gang}#{shard}}}:members";
     /// A gang's incident `"<start_ms>:<incident_id>"`, SET NX: one per collective stop.
     pub gang_incident(gang: &str) => f "gang:{{{gang}}}:incident";
-    /// The gang's restart decision for its incident `"<decided_ms>:<incident_id>"`, SET NX.
+    /// The gang's restart decision for its incident `"<decided_ms>:<incident_id>"`, SET NX;
+    /// `"<decided_ms>:<incident_id>|<node>/<worker>"` when only that member is restarted (its
+    /// controller restarts every member: `crate::hang::model_gang::Decision`).
     pub gang_decision(gang: &str) => f "gang:{{{gang}}}:decision";
     /// When the gang was last restarted (ms; written when that incident closes), for the
     /// escalation page of a gang that hangs again.
@@ -136,9 +138,11 @@ keys! {
     /// (`crate::hang::policy_fruitless`; the shape of a worker's run), counted at each decision.
     pub gang_fruitless(gang: &str) => f "gang:{{{gang}}}:fruitless";
     /// The gang's open slow episode (fail-slow, `gang.pace`):
-    /// `<since_ms>:<rate>:<baseline>|<node>/<worker>` (rates in thousandths of a step per second;
-    /// the member paged, or `-`), SET NX by the first member's agent to find the gang slow,
-    /// compare-and-deleted by the first back at its pace.
+    /// `<since_ms>:<rate>:<baseline>:<opener>@<opened_ms>|<named>|<points>|<why>` (rates in
+    /// thousandths of a step per second; `<opener>` and `<named>` members as `<node>/<worker>`;
+    /// `|-` when none is named, `|?` while naming: `crate::hang::model_slow`), SET NX by the
+    /// first member's agent to find the gang slow, compare-and-deleted by that agent once its
+    /// member is back at its pace.
     pub gang_slow(gang: &str) => f "gang:{{{gang}}}:slow";
     /// The lock of the gang's decision (random token).
     pub gang_lock(gang: &str) => f "gang:{{{gang}}}:lock";

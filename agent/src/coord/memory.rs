@@ -2,7 +2,9 @@
 //! no `REDIS_URL` is configured and by the deterministic scenario tests (with a fake clock).
 //!
 //! NB: it is safe only for a single agent process — two agents each with their own memory would
-//! each hold "the" lock. The agent says so once at start-up.
+//! each hold "the" lock. The agent says so once at start-up. And it lives as long as the process:
+//! an agent restart forgets the day's breaker count, cooldowns, escalation marks and fruitless
+//! runs (docs/running.md).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

@@ -64,9 +64,10 @@ impl Checkpointer {
         vec![not_asked("*".into(), started.elapsed(), format!("cannot list the workers: {why}"))]
     }
 
-    /// The workers grouped by the gang their record names (or, without one, their pod's
-    /// labels), and the workers of no gang. Records that cannot be read leave their workers
-    /// alone: asked one by one, as before gangs.
+    /// The workers grouped by the gang their pod's labels name (or, where the labels name
+    /// none, their record's, scoped to their namespace where they have one), and the workers
+    /// of no gang. Records that cannot be read name no gang: a worker whose labels name none
+    /// is then asked alone, as before gangs.
     async fn gangs_of(&self, workers: Vec<Container>, within: Duration) -> (Gangs, Vec<Container>) {
         let keys: Vec<String> = workers.iter().map(|c| self.keys.status(&c.worker)).collect();
         let read = tokio::time::timeout(within, self.coord.hgetall_many(&keys)).await;

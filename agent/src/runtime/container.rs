@@ -35,7 +35,9 @@ pub struct Container {
     /// hangs and never restarts it.
     pub alert_only: bool,
     /// The distributed job it is a rank of, from its pod's labels (JobSet, indexed Job,
-    /// LeaderWorkerSet, or `<opt-in label>.gang`): the gang when its record names none.
+    /// LeaderWorkerSet, or `<opt-in label>.gang`): its gang (an id valid as a gang id),
+    /// whatever its record names. A record names the gang only where the labels name none,
+    /// scoped to its namespace where it has one (`crate::hang::policy_membership`).
     pub(crate) gang: Option<PodGang>,
 }
 
