@@ -804,6 +804,52 @@ async fn sigterm_during_a_long_round_records_it_as_cut_short_before_the_grace_en
     );
 }
 
+/// The round's deadline runs from the signal as the signal handler stamped it, not from when the
+/// controller noticed it: noticed 3 s late (an API call under way), the round is still recorded
+/// before the drain's guard, which runs from the signal too (it once ran from the notice, 3 s
+/// after the drain's: nothing was recorded and the agent exited 1).
+#[tokio::test(start_paused = true)]
+async fn a_sigterm_noticed_late_still_records_its_round_before_the_drain_ends() {
+    use tokio_util::sync::CancellationToken;
+    use vigil::vocab::maintenance::{MaintenanceEvent, RawMetadata};
+    let r = rig(|c| {
+        c.checkpoint.grace = Duration::from_secs(10);
+        c.checkpoint.maintenance_budget = Duration::from_secs(9);
+        c.checkpoint.sigterm_budget = Duration::from_secs(5);
+        c.checkpoint.preemption_budget = Duration::from_secs(5);
+    });
+    let term_at = vigil::node::controller::TermAt::default();
+    let controller = r.controller.with_term_at(term_at.clone());
+    let (meta_tx, meta_rx) = tokio::sync::watch::channel(RawMetadata::default());
+    let (_gpu_tx, gpu_rx) = tokio::sync::watch::channel(Default::default());
+    let term = CancellationToken::new();
+    let task =
+        tokio::spawn(controller.run(meta_rx, gpu_rx, term.clone(), CancellationToken::new()));
+    meta_tx.send_replace(RawMetadata {
+        maintenance_event: Some(MaintenanceEvent::MigrateOnHostMaintenance),
+        ..RawMetadata::default()
+    });
+    let status = r.keys.status("trainer-0");
+    let asked = common::real::poll(Duration::from_secs(5), || {
+        let (c, k) = (r.coord.clone(), status.clone());
+        async move { c.hgetall(&k).await.unwrap().remove("checkpoint_reason") }
+    })
+    .await;
+    assert_eq!(asked.as_deref(), Some("host-maintenance"));
+
+    let signalled = tokio::time::Instant::now();
+    term_at.set(signalled).unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    term.cancel();
+    tokio::time::timeout(Duration::from_secs(6), task)
+        .await
+        .expect("the controller returned before the drain's guard (signal + grace - 1 s)")
+        .unwrap();
+    assert!(signalled.elapsed() <= Duration::from_secs(8), "{:?}", signalled.elapsed());
+    let last = r.node.last().annotations["vigil.dev/last-checkpoint"].clone().unwrap();
+    assert!(last.contains("sigterm-cut-short: acked=0 timed-out=1"), "{last}");
+}
+
 /// Issue 31, item 2: a maintenance costs its notice → the end of its checkpoint round → its end,
 /// counted to `maintenance` and said in the trail when it ends.
 #[tokio::test]

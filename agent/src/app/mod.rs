@@ -27,7 +27,7 @@ use crate::kube::node_source::{KubeNodeReader, NodeReader};
 use crate::kube::pods::{KubePods, PodApi};
 use crate::maintenance::metadata::{watch_with, MetadataClient, WatchConfig};
 use crate::metrics::Metrics;
-use crate::node::controller::Controller;
+use crate::node::controller::{Controller, TermAt};
 use crate::node::info::{self as node_info, NodeInfoRx};
 use crate::runtime::ContainerRuntime;
 use crate::vocab::maintenance::RawMetadata;
@@ -119,7 +119,7 @@ async fn node_api(cfg: &Config) -> Option<Arc<dyn NodeApi>> {
 /// exits non-zero.
 pub(crate) async fn run(cfg: Config, path: Option<PathBuf>, dry_run: bool) -> Result<(), RunError> {
     init_logging(&cfg);
-    let Signals { stop, term, reload } = install_signals(path, &cfg, dry_run)?;
+    let Signals { stop, term, reload, term_at } = install_signals(path, &cfg, dry_run)?;
     // Whatever way this function returns, every task it started stops.
     let _stop_all = stop.clone().drop_guard();
     let w = Wiring::new(cfg, stop).await?;
@@ -153,6 +153,7 @@ pub(crate) async fn run(cfg: Config, path: Option<PathBuf>, dry_run: bool) -> Re
     .with_tpu(tpu_rx)
     .with_slow_named(slow_rx)
     .with_dry_run(agent.dry_run())
+    .with_term_at(term_at.clone())
     .with_node_info(node_rx, node_reader)
     .with_notifier(Notifier::new(w.sink.clone(), w.metrics.clone()));
     if let Some(api) = node_api(&w.cfg).await {
@@ -168,7 +169,7 @@ pub(crate) async fn run(cfg: Config, path: Option<PathBuf>, dry_run: bool) -> Re
     // The restart loop stops at SIGTERM; the controller then checkpoints the workers.
     let cycle = w.tracker.spawn(agent.run(term.clone()));
     signals::until_term_or_end(cycle, &term).await?;
-    w.drain(controller_done).await
+    w.drain(controller_done, &term_at).await
 }
 
 /// Hands the TPU monitor the chips the Node advertises (allocatable `google.com/tpu`, as the
@@ -366,9 +367,14 @@ impl Wiring {
     /// mid-checkpoint. The deadline starts at the signal, not when the restart loop finishes its
     /// cycle: first the checkpoint round (the controller returns when it is recorded), then every
     /// other task.
-    async fn drain(&self, controller: tokio::task::JoinHandle<()>) -> Result<(), RunError> {
+    async fn drain(
+        &self,
+        controller: tokio::task::JoinHandle<()>,
+        term_at: &TermAt,
+    ) -> Result<(), RunError> {
         let grace = self.cfg.checkpoint.grace;
-        let deadline = tokio::time::Instant::now() + grace.saturating_sub(Duration::from_secs(1));
+        let signalled = term_at.get().copied().unwrap_or_else(tokio::time::Instant::now);
+        let deadline = signalled + grace.saturating_sub(Duration::from_secs(1));
         let checkpointed = tokio::time::timeout_at(deadline, controller).await.is_ok();
         self.stop.cancel();
         self.tracker.close();

@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::RunError;
 use crate::config::{Config, ProcessEnv};
+use crate::node::controller::TermAt;
 
 /// The process's stop signals, as one token tree: `term` (SIGTERM/SIGINT) is a child of
 /// `stop`, so stopping everything also stops the restart loop, while a SIGTERM first stops only
@@ -18,6 +19,9 @@ pub(crate) struct Signals {
     pub(crate) term: CancellationToken,
     /// SIGHUP: new configurations (already validated).
     pub(crate) reload: tokio::sync::watch::Receiver<Config>,
+    /// When SIGTERM/SIGINT came, stamped before `term` fires: the drain and the checkpoint
+    /// round both run their deadline from it.
+    pub(crate) term_at: TermAt,
 }
 
 /// Install the handlers. SIGHUP re-reads `path` (and the environment); an invalid new config
@@ -35,13 +39,15 @@ pub(crate) fn install_signals(
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| fail("SIGTERM", e))?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| fail("SIGINT", e))?;
     let mut sighup = signal(SignalKind::hangup()).map_err(|e| fail("SIGHUP", e))?;
-    let (t, s) = (term.clone(), stop.clone());
+    let (t, s, term_at) = (term.clone(), stop.clone(), TermAt::default());
+    let at = term_at.clone();
     tokio::spawn(async move {
         tokio::select! {
             _ = sigterm.recv() => tracing::info!("SIGTERM: checkpointing workers, then exiting"),
             _ = sigint.recv() => tracing::info!("SIGINT: checkpointing workers, then exiting"),
             _ = s.cancelled() => return,
         }
+        let _ = at.set(tokio::time::Instant::now());
         t.cancel();
     });
     let (tx, reload) = tokio::sync::watch::channel(first.clone());
@@ -62,7 +68,7 @@ pub(crate) fn install_signals(
             let _ = tx.send(cfg);
         }
     });
-    Ok(Signals { stop, term, reload })
+    Ok(Signals { stop, term, reload, term_at })
 }
 
 /// Wait for `term`, or for the restart loop (`cycle`) to end without it: a panic in a cycle

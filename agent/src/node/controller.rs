@@ -57,6 +57,10 @@ type RoundResult = (&'static str, Vec<WorkerResult>);
 /// The checkpoint rounds in flight.
 type Rounds = tokio::task::JoinSet<RoundResult>;
 
+/// When SIGTERM (or SIGINT) came, stamped once by the signal handler before it fires `term`:
+/// the grace period runs from the signal. Unset: now (a test's `term`).
+pub type TermAt = Arc<std::sync::OnceLock<tokio::time::Instant>>;
+
 pub struct Controller {
     cfg: Config,
     metrics: Arc<Metrics>,
@@ -84,6 +88,8 @@ pub struct Controller {
     slow_rx: Option<watch::Receiver<crate::vocab::node::SlowNamed>>,
     /// `dry_run` as the cycle runs it (a SIGHUP changes it: see [`Controller::with_dry_run`]).
     dry_run_rx: Option<watch::Receiver<bool>>,
+    /// When SIGTERM came, as the signal handler stamped it ([`Controller::with_term_at`]).
+    term_at: TermAt,
     /// The state the node acts on: the two sources' merged.
     state: MaintenanceState,
     /// The metadata server's state alone (the Node labels' is the last read Node's: see
@@ -130,6 +136,7 @@ impl Controller {
             tpu_rx: None,
             slow_rx: None,
             dry_run_rx: None,
+            term_at: TermAt::default(),
             facts: SharedFacts::default(),
             state: MaintenanceState::default(),
             metadata_state: MaintenanceState::default(),
@@ -150,6 +157,14 @@ impl Controller {
     /// the restarts stop (and back).
     pub fn with_dry_run(mut self, rx: watch::Receiver<bool>) -> Self {
         self.dry_run_rx = Some(rx);
+        self
+    }
+
+    /// The signal handler's stamp of SIGTERM: the round's deadline runs from the signal, as the
+    /// agent's drain's does, not from when this loop noticed it (an API call may hold it for
+    /// seconds; the drain would then end first, and nothing be recorded).
+    pub fn with_term_at(mut self, at: TermAt) -> Self {
+        self.term_at = at;
         self
     }
 

@@ -68,7 +68,8 @@ impl Controller {
     /// a round still waiting then is cut short and recorded as such.
     pub(super) async fn on_sigterm(&mut self, rounds: &mut Rounds) {
         let on_sigterm = self.cfg.checkpoint.on_sigterm;
-        let record_by = Instant::now() + self.cfg.checkpoint.grace.saturating_sub(RECORD_RESERVE);
+        let signalled = self.term_at.get().copied().unwrap_or_else(Instant::now);
+        let record_by = signalled + self.cfg.checkpoint.grace.saturating_sub(RECORD_RESERVE);
         if !rounds.is_empty() {
             return self.finish_round(rounds, record_by).await;
         }
