@@ -234,6 +234,14 @@ fn load(arg: &ConfigArg) -> Result<Config, CliError> {
     Ok(Config::load(arg.config.as_deref(), &ProcessEnv)?)
 }
 
+/// The config as the agent on this node runs it: an empty `REDIS_URL` refused
+/// (`crate::config::refuse_empty_redis_url`), for `run` and the commands that say what it would
+/// do (`config check`, `doctor`).
+fn load_for_node(arg: &ConfigArg) -> Result<Config, CliError> {
+    crate::config::refuse_empty_redis_url(&ProcessEnv)?;
+    load(arg)
+}
+
 /// A failure (a coordinator's, or a message), as a command failure (exit 1).
 fn failed(e: impl std::fmt::Display) -> CliError {
     CliError::Failed(e.to_string())
@@ -328,7 +336,7 @@ pub struct BeatArgs {
 pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Run { config, dry_run } => {
-            let mut cfg = load(&config)?;
+            let mut cfg = load_for_node(&config)?;
             cfg.dry_run |= dry_run;
             crate::app::run(cfg, config.config, dry_run).await.map_err(failed)
         }
@@ -338,7 +346,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
             explain::run(&load(&config)?, node, limit).await
         }
         Command::Status { config, json } => status::run(&load(&config)?, json).await,
-        Command::Doctor(config) => doctor::command(&load(&config)?).await,
+        Command::Doctor(config) => doctor::command(&load_for_node(&config)?).await,
         Command::Cleanup { config, node, dry_run } => {
             cleanup::run(&load(&config)?, node, dry_run).await
         }
@@ -348,7 +356,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
             ran.map(|_| ()).map_err(|e| CliError::Failed(format!("demo: {e}")))
         }
         Command::Drill(DrillCommand::Checkpoint(d)) => drill::run(&load(&d.config)?, &d).await,
-        Command::Config(ConfigCommand::Check(config)) => config::check(&load(&config)?),
+        Command::Config(ConfigCommand::Check(config)) => config::check(&load_for_node(&config)?),
         Command::Config(ConfigCommand::Defaults) => config::defaults(),
     }
 }

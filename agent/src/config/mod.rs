@@ -188,10 +188,14 @@ fn from_env<T: From<String>>(env: &dyn Env, var: &str, slot: &mut T) {
     }
 }
 
-/// A `REDIS_URL` that is set but empty (or blank) is refused: taken as unset, it silently gave
-/// every node its own embedded coordinator (its own breaker, budget and locks: no fleet safety),
-/// where an empty Secret value or a template that forgot the URL meant the fleet's Redis.
-fn check_redis_url_env(env: &dyn Env) -> Result<(), ConfigError> {
+/// A `REDIS_URL` that is set but empty (or blank) is refused where the agent runs (`vigil run`,
+/// and `config check` and `doctor`, which say what it would do): taken as unset, it silently
+/// gave every node its own embedded coordinator (its own breaker, budget and locks: no fleet
+/// safety), where an empty Secret value or a template that forgot the URL meant the fleet's
+/// Redis. NB: not in [`Config::apply_env`]: a worker's `vigil beat` (its container may blank the
+/// variable) reads it as unset, as the Python client does — refused, its beats would stop and a
+/// healthy worker be restarted as hung.
+pub(crate) fn refuse_empty_redis_url(env: &dyn Env) -> Result<(), ConfigError> {
     let empty = env.get("REDIS_URL").is_some_and(|v| v.trim().is_empty());
     let why = "is set but empty: unset it to use redis.url from the file (empty there: the \
                embedded coordinator, for one agent on one node only), or set it to the fleet's \
@@ -275,7 +279,6 @@ impl Config {
     /// `VIGIL_WEBHOOK_HEADERS` that says something is `Name: value`, or an error that does not
     /// show the line.
     pub(crate) fn apply_env(&mut self, env: &dyn Env) -> Result<(), ConfigError> {
-        check_redis_url_env(env)?;
         from_env(env, "NODE_NAME", &mut self.node_name);
         from_env(env, "DOCKER_HOST", &mut self.docker.host);
         from_env(env, "GCE_METADATA_HOST", &mut self.metadata.host);

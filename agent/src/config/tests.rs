@@ -64,16 +64,22 @@ fn env_overrides_file() {
     assert_eq!(c.docker.host, "tcp://127.0.0.1:2375");
 }
 
-/// An empty `REDIS_URL` is an error naming it (it was taken as unset: every node its own
-/// embedded coordinator); the other empty variables still count as unset.
+/// An empty `REDIS_URL` is an error naming it where the agent runs (it was taken as unset: every
+/// node its own embedded coordinator); loading the config (a worker's `vigil beat`) reads it as
+/// unset, like the other empty variables.
 #[test]
 fn an_empty_redis_url_is_refused_and_other_empty_variables_are_unset() {
     for blank in ["", " "] {
         let empty = env(&[("NODE_NAME", "n1"), ("REDIS_URL", blank)]);
-        let e = Config::load(None, &empty).unwrap_err();
+        let e = super::refuse_empty_redis_url(&empty).unwrap_err();
         assert!(matches!(e, ConfigError::Invalid { key: "REDIS_URL", .. }), "{e}");
         assert!(e.to_string().contains("is set but empty"), "{e}");
     }
+    let empty = env(&[("NODE_NAME", "n1"), ("REDIS_URL", "")]);
+    assert!(Config::load(None, &empty).expect("a worker's beat loads it").embedded());
+    let set = env(&[("REDIS_URL", "redis://r:6379")]);
+    assert!(super::refuse_empty_redis_url(&set).is_ok());
+    assert!(super::refuse_empty_redis_url(&env(&[])).is_ok());
     let mut c = Config::parse("[docker]\nhost = \"tcp://d:2375\"\n", Path::new("v.toml")).unwrap();
     c.apply_env(&env(&[
         ("NODE_NAME", "n1"),
