@@ -83,8 +83,11 @@ pub struct RedisCoordinator {
     timeout: Duration,
     conn: Mutex<Option<Conn>>,
     /// Set when the connection must be made again by the next call: a call timed out (any
-    /// mode), or the master may have moved (Sentinel, or a `READONLY` answer in any mode).
+    /// mode, at most once per [`RedisCoordinator::replace_due`]), or the master may have moved
+    /// (Sentinel, or a `READONLY` answer in any mode).
     stale: AtomicBool,
+    /// When a timed-out connection was last dropped.
+    replaced: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 /// The TLS an address asks for (a rediss:// URL, `#insecure` or not); `None`: plain. A
@@ -164,7 +167,8 @@ impl RedisCoordinator {
     }
 
     fn from_target(target: Target, addr: String, timeout: Duration) -> Self {
-        RedisCoordinator { target, addr, timeout, conn: Mutex::new(None), stale: false.into() }
+        let (conn, stale, replaced) = (Mutex::new(None), false.into(), Default::default());
+        RedisCoordinator { target, addr, timeout, conn, stale, replaced }
     }
 
     /// One server at `url`, a `rediss://` one verified against the CA in the PEM file `ca_file`
@@ -248,10 +252,26 @@ impl RedisCoordinator {
         // after ~15 min, and every call fails closed until then although Redis is back. The
         // `single` mode's connection manager does not reconnect on this outer timeout (it sees
         // no error) nor on its own response timeout (see `map_err`), so only a fresh connection
-        // helps; Sentinel's master may have moved, and a cluster's rebuilt connection reads the
-        // slots again. A Redis that is merely slow costs one new connection per timed-out call.
-        self.stale.store(true, Ordering::SeqCst);
+        // helps; Sentinel's master may have moved (asked again at every timeout, as always),
+        // and a cluster's rebuilt connection reads the slots again.
+        if matches!(self.target, Target::Sentinel(_)) || self.replace_due() {
+            self.stale.store(true, Ordering::SeqCst);
+        }
         CoordError::Timeout { addr: self.addr.clone(), timeout: self.timeout }
+    }
+
+    /// Whether a connection that timed out may be dropped now: once per two timeouts at most.
+    /// NB: a Redis that is slow but alive times calls out too; dropping the connection at each
+    /// would hand it a reconnect (a handshake, TLS and AUTH) per call, each old socket open until
+    /// its own call timed out — hundreds of agents' worth of them at once.
+    fn replace_due(&self) -> bool {
+        let now = tokio::time::Instant::now();
+        let mut last = self.replaced.lock().unwrap_or_else(|p| p.into_inner());
+        let due = last.is_none_or(|t| now.saturating_duration_since(t) >= self.timeout * 2);
+        if due {
+            *last = Some(now);
+        }
+        due
     }
 
     /// A failed call's error, classified (unreachable, or a command Redis refused); marks the
@@ -270,7 +290,7 @@ impl RedisCoordinator {
         // `redis` crate: it keeps the silent connection for good. So a timeout drops the
         // connection here, as in `timed_out`; the other modes drop it on any transport error.
         let replace = match self.target {
-            Target::Single(_) => source.is_timeout(),
+            Target::Single(_) => source.is_timeout() && self.replace_due(),
             Target::Cluster(_) | Target::Sentinel(_) => transport,
         };
         if demoted || replace {
@@ -346,12 +366,14 @@ mod tests {
         assert!(tls("rediss://:pw@s:26379/#insecure") == Some(redis::TlsMode::Insecure));
     }
 
-    /// Whether `fail` left `c`'s connection to be made again by the next call.
+    /// Whether `fail` left `c`'s connection to be made again by the next call (as the first
+    /// timeout in a while: the last replacement forgotten).
     fn stale_after(
         c: &RedisCoordinator,
         fail: impl FnOnce(&RedisCoordinator) -> CoordError,
     ) -> bool {
         c.stale.store(false, Ordering::SeqCst);
+        c.replaced.lock().unwrap().take();
         let _ = fail(c);
         c.stale.load(Ordering::SeqCst)
     }
@@ -372,7 +394,13 @@ mod tests {
         let sentinel = RedisCoordinator::sentinel("redis://127.0.0.1:26379", "vigil", t).unwrap();
         for (mode, c) in [("single", &single), ("cluster", &cluster), ("sentinel", &sentinel)] {
             assert!(stale_after(c, |c| c.timed_out()), "{mode}: the outer timeout");
+            // A second timeout at once (a slow Redis) drops no connection again: Sentinel's
+            // master is asked for at each.
             c.stale.store(false, Ordering::SeqCst);
+            let _ = c.timed_out();
+            assert_eq!(c.stale.load(Ordering::SeqCst), mode == "sentinel", "{mode}: slow");
+            c.stale.store(false, Ordering::SeqCst);
+            c.replaced.lock().unwrap().take();
             let err = c.map_err(io(std::io::ErrorKind::TimedOut));
             assert!(matches!(err, CoordError::Unreachable { .. }), "{mode}: {err}");
             assert!(c.stale.load(Ordering::SeqCst), "{mode}: the response timeout");
