@@ -341,7 +341,13 @@ impl WorkerApiState {
         // here.
         if let Some(charge) = charged {
             if token_node(&caller, self.keys.node()).is_ok() {
-                self.budget().refund(from, charge, tokio::time::Instant::now());
+                let mut budget = self.budget();
+                budget.refund(from, charge);
+                // NB: proven only by a token that names this node (one without a node claim
+                // could be any pod's, anywhere), so an address proves itself once per pod here.
+                if matches!(&caller, Caller::Pod { node: Some(n), .. } if n == self.keys.node()) {
+                    budget.prove(from, tokio::time::Instant::now());
+                }
             }
         }
         Ok(caller)

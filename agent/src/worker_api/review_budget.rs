@@ -4,9 +4,10 @@
 //! is charged to its peer's address and to the node; one that proves a pod is given back (a real
 //! worker never spends anybody's budget), so only refusals — junk — use it up. Past either
 //! bound the write is answered 429 with `Retry-After`, unreviewed. An address that proved a pod
-//! of this node is charged to its own bucket only for [`PROVEN_FOR`]: a worker's token new to
-//! the agent (a kubelet rotation, an agent restart's empty cache) is never held back by junk
-//! from elsewhere that emptied the node's.
+//! of this node (by a token naming this node) is charged, for [`PROVEN_FOR`], to a second node
+//! bucket of the same size, the proven addresses': a worker's token new to the agent (a kubelet
+//! rotation, an agent restart's empty cache) is never held back by junk from strangers that
+//! emptied theirs, and the node still causes at most twice its rate.
 //!
 //! Token buckets, pure: the clock is passed in. Peers are kept at most [`MAX_PEERS`] (the
 //! fullest-refilled ones go first), so a flood from many addresses cannot grow the table.
@@ -74,14 +75,16 @@ pub(crate) struct ReviewBudget {
     node_rate: Rate,
     peers: HashMap<IpAddr, Bucket>,
     node: Option<Bucket>,
+    /// The node's bucket for the proven addresses, all together.
+    proven_node: Option<Bucket>,
     /// The addresses whose review proved a pod of this node, and when it last did.
     proven: HashMap<IpAddr, Instant>,
 }
 
-/// A review taken: whether the node's bucket paid for it too (given back with it).
+/// A review taken, and which of the node's buckets paid for it (given back with it).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Charge {
-    node: bool,
+    proven: bool,
 }
 
 /// Why a review is not made now.
@@ -95,19 +98,20 @@ pub(crate) struct Throttled {
 impl ReviewBudget {
     pub(crate) fn new(peer_rate: Rate, node_rate: Rate) -> ReviewBudget {
         let (peers, proven) = (HashMap::new(), HashMap::new());
-        ReviewBudget { peer_rate, node_rate, peers, node: None, proven }
+        ReviewBudget { peer_rate, node_rate, peers, node: None, proven_node: None, proven }
     }
 
     /// Take one review for `peer` at `now`, or say how long to wait. An address that proved a
-    /// pod within [`PROVEN_FOR`] pays from its own bucket only.
+    /// pod within [`PROVEN_FOR`] pays the proven addresses' node bucket, not the strangers'.
     pub(crate) fn charge(&mut self, peer: IpAddr, now: Instant) -> Result<Charge, Throttled> {
         let (peer_rate, node_rate) = (self.peer_rate, self.node_rate);
         let proven = self
             .proven
             .get(&peer)
             .is_some_and(|at| now.saturating_duration_since(*at) < PROVEN_FOR);
+        let pool = if proven { self.proven_node } else { self.node };
         let mut node =
-            self.node.unwrap_or_else(|| Bucket::full(node_rate, now)).refilled(node_rate, now);
+            pool.unwrap_or_else(|| Bucket::full(node_rate, now)).refilled(node_rate, now);
         if !self.peers.contains_key(&peer) && self.peers.len() >= MAX_PEERS {
             self.forget_one(now);
         }
@@ -115,29 +119,34 @@ impl ReviewBudget {
         *p = p.refilled(peer_rate, now);
         let verdict = if p.tokens < 1.0 {
             Err(Throttled { whose: "this address", retry_after: p.wait(peer_rate) })
-        } else if proven {
-            p.tokens -= 1.0;
-            Ok(Charge { node: false })
         } else if node.tokens < 1.0 {
             Err(Throttled { whose: "this node", retry_after: node.wait(node_rate) })
         } else {
             p.tokens -= 1.0;
             node.tokens -= 1.0;
-            Ok(Charge { node: true })
+            Ok(Charge { proven })
         };
-        self.node = Some(node);
+        match proven {
+            true => self.proven_node = Some(node),
+            false => self.node = Some(node),
+        }
         verdict
     }
 
-    /// The review proved a pod of this node at `now`: its charge is given back (real workers
-    /// spend no budget), and its address is proven for [`PROVEN_FOR`].
-    pub(crate) fn refund(&mut self, peer: IpAddr, charge: Charge, now: Instant) {
+    /// The review proved a pod: its charge is given back (real workers spend no budget).
+    pub(crate) fn refund(&mut self, peer: IpAddr, charge: Charge) {
         if let Some(p) = self.peers.get_mut(&peer) {
             p.tokens = (p.tokens + 1.0).min(self.peer_rate.burst);
         }
-        if let Some(n) = self.node.as_mut().filter(|_| charge.node) {
+        let pool = if charge.proven { self.proven_node.as_mut() } else { self.node.as_mut() };
+        if let Some(n) = pool {
             n.tokens = (n.tokens + 1.0).min(self.node_rate.burst);
         }
+    }
+
+    /// `peer`'s review at `now` proved a pod of this node by a token naming this node: the
+    /// address pays the proven addresses' node bucket for [`PROVEN_FOR`].
+    pub(crate) fn prove(&mut self, peer: IpAddr, now: Instant) {
         if !self.proven.contains_key(&peer) && self.proven.len() >= MAX_PEERS {
             // The one proven longest ago goes first.
             let oldest = self.proven.iter().min_by_key(|(_, at)| **at).map(|(ip, _)| *ip);
@@ -205,30 +214,37 @@ mod tests {
         let mut b = ReviewBudget::new(PER_PEER, PER_NODE);
         for _ in 0..1000 {
             let charge = b.charge(ip(1), t0).unwrap();
-            b.refund(ip(1), charge, t0);
+            b.refund(ip(1), charge);
         }
         assert!(b.charge(ip(1), t0).is_ok());
     }
 
-    /// Junk from many addresses empties the node's bucket; a worker's address that proved a pod
-    /// still has its new token reviewed (a kubelet rotation), from its own bucket; a day later it
-    /// is a stranger again.
+    /// Junk from many addresses empties the strangers' node bucket; a worker's address that
+    /// proved a pod still has its new token reviewed (a kubelet rotation), from the proven
+    /// addresses' bucket, which bounds them all together too; a day later it is a stranger again.
     #[test]
     fn junk_that_empties_the_node_never_holds_back_a_proven_worker() {
         let t0 = Instant::now();
         let mut b = ReviewBudget::new(PER_PEER, PER_NODE);
         let charge = b.charge(ip(1), t0).unwrap();
-        b.refund(ip(1), charge, t0);
+        b.refund(ip(1), charge);
+        b.prove(ip(1), t0);
         let junk = (2..1000).filter(|i| b.charge(ip(*i), t0).is_ok()).count();
         assert_eq!(junk, 64, "the node's burst");
         assert_eq!(b.charge(ip(5000), t0).unwrap_err().whose, "this node");
-        // The rotated token: reviewed, from its own bucket; given back, the node's is not grown.
+        // The rotated token: reviewed, from the proven bucket; given back there, the strangers'
+        // bucket is not grown.
         let rotated = b.charge(ip(1), t0).expect("a proven worker's new token");
-        assert_eq!(rotated, Charge { node: false });
-        b.refund(ip(1), rotated, t0);
+        assert_eq!(rotated, Charge { proven: true });
+        b.refund(ip(1), rotated);
         assert_eq!(b.charge(ip(5000), t0).unwrap_err().whose, "this node");
-        // Its own bucket still bounds it.
+        // Its own bucket still bounds it; and proven addresses together, the proven bucket.
         assert_eq!((0..100).filter(|_| b.charge(ip(1), t0).is_ok()).count(), 10);
+        for i in 2000..2100 {
+            b.prove(ip(i), t0);
+        }
+        let proven = (2000..2100).filter(|i| b.charge(ip(*i), t0).is_ok()).count();
+        assert_eq!(proven, 64 - 10, "the proven addresses' burst, less ip 1's");
         let day = t0 + PROVEN_FOR + Duration::from_secs(20);
         let junk = (2..1000).filter(|i| b.charge(ip(*i), day).is_ok()).count();
         assert!(junk > 0);
