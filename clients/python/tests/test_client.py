@@ -1,7 +1,8 @@
 """The client on its own (no agent): addresses, durations, and the rules that keep a training
 loop safe: beats only from the loop, a transport error never raising into it, bounded retries,
 Retry-After, the token read afresh, an older agent without `grace` (or another optional field:
-`compute_ms`, `rank`...), checkpoints in the loop's thread, signals."""
+`compute_ms`, `gang`...; tried again after a while; never `rank`), checkpoints in the loop's
+thread, signals."""
 
 from __future__ import annotations
 
@@ -391,14 +392,19 @@ def test_sigterm_sets_stop_requested_and_needs_no_record(restore_signals: None) 
 
 class FakeAgent:
     """An HTTP server answering like the worker API: `grace` (or any field of `unknown`)
-    refused as an older agent does (optionally), 503 with Retry-After on demand, Authorization
-    headers recorded; `stored`: the bodies answered 200."""
+    refused as an older agent does (optionally, until it is upgraded), 503 with Retry-After on
+    demand, any other refusal on demand, Authorization headers recorded; `stored`: the bodies
+    answered 200."""
 
     def __init__(self, knows_grace: bool = True) -> None:
         self.knows_grace = knows_grace
         #: Fields this agent predates: a body carrying one is refused, naming the first, as
         #: serde's `deny_unknown_fields` does (agent/src/worker_api/body.rs).
         self.unknown: Set[str] = set()
+        #: Upgraded (knows every field of `unknown`) after this many PUTs; ``None``: never.
+        self.upgraded_after: Optional[int] = None
+        #: A 400 every PUT gets instead, when set (a refusal of a bad value...).
+        self.refusal: Optional[str] = None
         self.unavailable = 0
         self.requests: List[Tuple[float, str, Dict[str, str], Optional[str]]] = []
         self.stored: List[Dict[str, str]] = []
@@ -414,13 +420,16 @@ class FakeAgent:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
                 fields = json.loads(body)
                 fake.requests.append((time.monotonic(), "PUT", fields, self.headers.get("Authorization")))
+                upgraded = fake.upgraded_after is not None and len(fake.puts()) > fake.upgraded_after
                 if fake.unavailable > 0:
                     fake.unavailable -= 1
                     self._answer(503, "the API server does not answer\n", {"Retry-After": "1"})
+                elif fake.refusal is not None:
+                    self._answer(400, fake.refusal)
                 elif "grace" in fields and not fake.knows_grace:
                     self._answer(400, "body must be JSON {...}: unknown field `grace`, expected one of "
                                       "`state`, `job`, `progress`, `checkpoint_ack` at line 1 column 9\n")
-                elif any(k in fake.unknown for k in fields):
+                elif not upgraded and any(k in fake.unknown for k in fields):
                     name = next(k for k in fields if k in fake.unknown)
                     self._answer(400, 'body must be JSON {"state":..,"job":..,"progress":..} (strings): '
                                       f"unknown field `{name}`, expected one of `state`, `job`, "
@@ -506,23 +515,101 @@ def test_an_older_agent_without_compute_ms_still_gets_the_beats(fake_agent: Fake
     assert not any("update dropped" in r.getMessage() for r in caplog.records)
 
 
-def test_an_older_agent_without_ranks_gets_the_container_s_beats(fake_agent: FakeAgent,
-                                                                 caplog: pytest.LogCaptureFixture) -> None:
-    """`ranks` needs `rank`: an agent that does not know `rank` gets neither, in one refusal."""
+def test_an_older_agent_without_ranks_refuses_a_rank_s_beats(fake_agent: FakeAgent,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """`rank` is never dropped: a rank's checkpoint ack would become the container's, which the
+    agent counts as every rank's (the first rank done would end the round for all, a partial
+    checkpoint with no error). An agent that predates ranks is refused, permanently, as always."""
     fake_agent.unknown = {"rank", "ranks"}
     caplog.set_level(logging.WARNING, logger="vigil_worker")
     t = ApiTransport("w", agent=fake_agent.url)
     t.rank, t.ranks = 1, 2
-    t.send({"state": "processing", "progress": "1"})
-    t.send({"state": "processing", "progress": "2"})
-    assert fake_agent.stored == [{"state": "processing", "progress": "1"},
-                                 {"state": "processing", "progress": "2"}]
-    assert len(fake_agent.puts()) == 3, "one refusal, then every beat without them"
-    assert t.unsupported == {"rank", "ranks"}
-    fake_agent.record = {"checkpoint_request": "r1", "checkpoint_ack": "r1"}
-    assert t.read().checkpoint is None, "its ack is the container's now, not checkpoint_ack@1"
-    said = [r.getMessage() for r in caplog.records if "does not know the 'rank' field" in r.getMessage()]
-    assert len(said) == 1 and "'ranks'" in said[0], said
+    with pytest.raises(TransportError) as refused:
+        t.send({"state": "processing", "progress": "1"})
+    assert refused.value.status == 400 and refused.value.permanent
+    assert len(fake_agent.puts()) == 1 and not fake_agent.stored and not t.unsupported
+    assert not any("does not know" in r.getMessage() for r in caplog.records)
+    fake_agent.record = {"checkpoint_request": "r1", "ranks": "2", "checkpoint_ack@0": "r1"}
+    pending = t.read().checkpoint
+    assert pending is not None and pending.id == "r1", "rank 1's own ack is read, never another's"
+
+
+def test_a_dropped_field_is_sent_again_after_a_while(fake_agent: FakeAgent,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """The agent may be upgraded under a running worker (a DaemonSet rollout): a dropped field is
+    sent again once RETRY_DROPPED_AFTER has passed since the last drop. An agent still old
+    refuses it again (said once more, once per period); the upgraded one stores it."""
+    from vigil_worker.transport import RETRY_DROPPED_AFTER
+    fake_agent.unknown = {"compute_ms"}
+    fake_agent.upgraded_after = 5  # the first five PUTs reach the old agent
+    caplog.set_level(logging.WARNING, logger="vigil_worker")
+    now = [1000.0]
+    t = ApiTransport("w", agent=fake_agent.url)
+    t.clock = lambda: now[0]
+
+    def said() -> int:
+        return sum("does not know the 'compute_ms' field" in r.getMessage() for r in caplog.records)
+
+    t.send({"progress": "1", "compute_ms": "7"})  # PUTs 1 (refused) and 2
+    assert t.unsupported == {"compute_ms"} and said() == 1
+    now[0] += RETRY_DROPPED_AFTER - 1
+    t.send({"progress": "2", "compute_ms": "7"})  # PUT 3: not yet
+    assert t.unsupported == {"compute_ms"} and said() == 1
+    now[0] += 1
+    t.send({"progress": "3", "compute_ms": "7"})  # PUTs 4 (tried again, refused: still old) and 5
+    assert t.unsupported == {"compute_ms"} and said() == 2, "said once more, at the retry"
+    for step in (4, 5):
+        now[0] += RETRY_DROPPED_AFTER / 3
+        t.send({"progress": str(step), "compute_ms": "7"})  # PUTs 6, 7 (upgraded): not yet tried
+    assert said() == 2, "not said again within the period"
+    now[0] += RETRY_DROPPED_AFTER / 3
+    t.send({"progress": "6", "compute_ms": "8"})  # PUT 8: tried again, stored
+    assert not t.unsupported and t.grace_supported
+    assert [f.get("compute_ms") for f in fake_agent.puts()] == ["7", None, None, "7", None, None, None, "8"]
+    assert [f.get("progress") for f in fake_agent.stored] == ["1", "2", "3", "4", "5", "6"]
+    assert fake_agent.stored[-1] == {"progress": "6", "compute_ms": "8"}
+    assert said() == 2
+
+
+def test_grace_is_tried_again_after_a_while(fake_agent: FakeAgent,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """An agent older than `grace` (its 400 worded without "(strings)"): grace_supported comes back
+    after the period, and the still-old agent drops it again, said once per period."""
+    from vigil_worker.transport import RETRY_DROPPED_AFTER
+    fake_agent.knows_grace = False
+    caplog.set_level(logging.WARNING, logger="vigil_worker")
+    now = [0.0]
+    t = ApiTransport("w", agent=fake_agent.url)
+    t.clock = lambda: now[0]
+    for _ in range(3):
+        t.send({"state": "compile", "grace": "600"})
+        now[0] += RETRY_DROPPED_AFTER / 4
+    assert not t.grace_supported and sum("grace" in f for f in fake_agent.puts()) == 1
+    now[0] += RETRY_DROPPED_AFTER / 4
+    t.send({"state": "compile", "grace": "600"})
+    assert not t.grace_supported and sum("grace" in f for f in fake_agent.puts()) == 2
+    assert len(fake_agent.stored) == 4 and not any("grace" in f for f in fake_agent.stored)
+    assert sum("does not know the 'grace' field" in r.getMessage() for r in caplog.records) == 2
+
+
+@pytest.mark.parametrize("refusal", [
+    'gang must be 1-253 characters of [A-Za-z0-9._/-]; got "unknown field `compute_ms`"\n',
+    'body must be JSON {"state":..,"compute_ms":..} (strings): invalid type: '
+    'map, expected a string; unknown field `compute_ms` at line 1 column 30\n',
+    "a proxy's page: body must be JSON {} (strings): unknown field `compute_ms`, expected `state`\n",
+])
+def test_only_serde_s_refusal_drops_a_field(fake_agent: FakeAgent, refusal: str,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """A field named as unknown anywhere but where the agent's body parser says so (a worker's
+    own text echoed in another 400) is not taken for a refusal of the field: the 400 stands."""
+    fake_agent.refusal = refusal
+    caplog.set_level(logging.WARNING, logger="vigil_worker")
+    t = ApiTransport("w", agent=fake_agent.url)
+    with pytest.raises(TransportError) as refused:
+        t.send({"state": "processing", "gang": "unknown field `compute_ms`", "compute_ms": "7"})
+    assert refused.value.status == 400 and refused.value.permanent
+    assert len(fake_agent.puts()) == 1 and not t.unsupported
+    assert not any("does not know" in r.getMessage() for r in caplog.records)
 
 
 def test_other_refusals_still_drop_the_update(fake_agent: FakeAgent) -> None:

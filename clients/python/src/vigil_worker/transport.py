@@ -15,8 +15,9 @@ import os
 import re
 import socket
 import threading
+import time
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Set, Tuple, Union
 from urllib.parse import quote, urlsplit
 
 from ._util import status_key, valid_worker_id
@@ -106,21 +107,33 @@ RANK_FIELDS = ("state", "progress", "grace", "checkpoint_ack", "compute_ms", "he
 
 #: The fields of a beat that an older agent may not know (its body parser refuses an unknown
 #: field with a 400), and what the worker goes without when the agent does not: the worker API
-#: transport then drops the field for the rest of the session, says so once, and sends the same
-#: beat again without it, so the heartbeat goes on.
+#: transport then drops the field, says so once, and sends the same beat again without it, so
+#: the heartbeat goes on; it tries the field again after :data:`RETRY_DROPPED_AFTER`.
+#: ``rank`` and ``ranks`` are not among them: without them each rank's checkpoint ack would be
+#: the container's, which the agent counts as every rank's (the first rank to finish would end
+#: the round for all), so an agent that predates ranks refuses such a worker's every beat, as it
+#: always did (docs/upgrading.md).
 OPTIONAL_FIELDS: Dict[str, str] = {
     "grace": "long operations are bounded by its policy.stale_after",
     "compute_ms": "a gang that slows down is not told which rank it waits for",
     "checkpoint_step": "restarts are not told from the steps of the last durable checkpoint",
     "gang": "this worker is judged and restarted on its own, not with its gang",
     "gang_size": "the gang's size is not known to the agent",
-    "rank": "the ranks of this container write the container's one set of fields, and one hung rank may be hidden by the others' beats",
-    "ranks": "the ranks of this container are not told apart",
 }
-#: The fields that cannot go without another: dropped with it (``ranks`` needs ``rank``;
-#: ``gang_size`` is the size of ``gang``).
-_DROPPED_WITH = {"rank": ("ranks",), "ranks": ("rank",), "gang": ("gang_size",)}
-_UNKNOWN_FIELD = re.compile(rb"unknown field `([A-Za-z0-9_@]+)`")
+#: The fields that cannot go without another: dropped with it (``gang_size`` is the size of
+#: ``gang``).
+_DROPPED_WITH = {"gang": ("gang_size",)}
+#: How long the dropped fields stay dropped (seconds since the last drop) before the next beat
+#: sends them again. The agent is upgraded under running workers (a DaemonSet rollout): without
+#: a retry, a field dropped for an old agent would stay dropped for the whole run against the new
+#: one. Ten minutes puts the fields back within minutes of a rollout, while an agent that is
+#: still old costs one refused request and one warning per dropped field every ten minutes.
+RETRY_DROPPED_AFTER = 600.0
+#: serde's refusal of an unknown field as the agent words it, from the start of its 400 (every
+#: release: ``body must be JSON {...} (strings): unknown field `grace`, expected ...``; ``{...}:``
+#: without ``(strings)`` before grace): the field named anywhere else (a worker's own value
+#: echoed in another refusal) is not taken for it.
+_UNKNOWN_FIELD = re.compile(rb"\Abody must be JSON \{[^{}\n]*\}(?: \(strings\))?: unknown field `([A-Za-z0-9_@]+)`")
 
 
 def rank_field(field: str, rank: Optional[int]) -> str:
@@ -314,8 +327,11 @@ class ApiTransport(Transport):
         self.timeout = timeout
         self.grace_supported = True
         #: The fields of :data:`OPTIONAL_FIELDS` the agent refused as unknown (an older
-        #: agent): no longer sent, for the rest of the session.
+        #: agent): not sent, until :data:`RETRY_DROPPED_AFTER` has passed since the last drop.
         self.unsupported: Set[str] = set()
+        #: The clock of that period (seconds, monotonic); a test sets its own.
+        self.clock: Callable[[], float] = time.monotonic
+        self._dropped_at: Optional[float] = None
         self._path = f"{self.agent.path if self.agent.scheme != 'unix' else ''}/v1/workers/{quote(worker_id, safe='')}/status"
         self._conn: Optional[http.client.HTTPConnection] = None
         self._lock = threading.Lock()
@@ -418,6 +434,7 @@ class ApiTransport(Transport):
             body["rank"] = str(self.rank)
             if self.ranks is not None:
                 body["ranks"] = str(self.ranks)
+        self._retry_dropped()
         if not self.grace_supported:
             body.pop("grace", None)
         for name in self.unsupported:
@@ -429,8 +446,8 @@ class ApiTransport(Transport):
             unknown = self._unknown_field(status, data, body)
             if unknown is not None:
                 # An agent that predates this field: it refuses every body that carries it, so
-                # every later beat would be refused and the worker judged hung. Dropped for the
-                # rest of the session, said once; the beat itself goes on without it.
+                # every later beat would be refused and the worker judged hung. Dropped (until
+                # the retry), said once; the beat itself goes on without it.
                 self._drop_field(unknown)
                 for name in (unknown, *_DROPPED_WITH.get(unknown, ())):
                     body.pop(name, None)
@@ -454,24 +471,37 @@ class ApiTransport(Transport):
         name = match.group(1).decode() if match else ""
         return name if name in OPTIONAL_FIELDS and name in body else None
 
+    def _retry_dropped(self) -> None:
+        """Send the dropped fields again once :data:`RETRY_DROPPED_AFTER` has passed since the
+        last drop (the agent may have been upgraded). An agent that still refuses one drops it
+        again at once: each field is dropped, and warned of, at most once per period, as a field
+        is only dropped again after a retry, and a retry only comes a period after every drop."""
+        if self._dropped_at is None or self.clock() - self._dropped_at < RETRY_DROPPED_AFTER:
+            return
+        log.info("vigil: sending the fields the agent at %s did not know again (%s): it may have "
+                 "been upgraded", self.agent, ", ".join(sorted(self.unsupported)))
+        self.unsupported.clear()
+        self.grace_supported = True
+        self._dropped_at = None
+
     def _drop_field(self, name: str) -> None:
         dropped = [name, *(f for f in _DROPPED_WITH.get(name, ()) if f not in self.unsupported)]
         self.unsupported.update(dropped)
+        self._dropped_at = self.clock()
         if name == "grace":
             self.grace_supported = False
         also = f" (and {', '.join(repr(f) for f in dropped[1:])} with it)" if len(dropped) > 1 else ""
         log.warning(
             "vigil: the agent at %s does not know the '%s' field (an older agent): beats go on "
-            "without it%s; %s", self.agent, name, also, OPTIONAL_FIELDS[name])
+            "without it%s, tried again every %d minutes; %s", self.agent, name, also,
+            RETRY_DROPPED_AFTER // 60, OPTIONAL_FIELDS[name])
 
     def read(self) -> Reply:
         status, headers, data = self._request("GET", None)
         if status == 404:
             return Reply()
         record = self._check(status, headers, data)
-        # An agent that does not know `rank` stored this rank's ack as the container's.
-        rank = None if "rank" in self.unsupported else self.rank
-        return Reply(checkpoint=pending_checkpoint({k: _str(v) for k, v in record.items()}, rank))
+        return Reply(checkpoint=pending_checkpoint({k: _str(v) for k, v in record.items()}, self.rank))
 
     def close(self) -> None:
         with self._lock:
