@@ -1,7 +1,7 @@
 //! Webhook formats against a local HTTP sink: Slack (the default), PagerDuty Events v2 (trigger
-//! with the incident's key, a page's own key, then resolve both when the incident ends) and
-//! generic JSON, each
-//! with the extra headers; and a config's secrets (routing key, header values) never shown.
+//! with the incident's key, a page's own key, then resolve both, and its other page kinds' keys,
+//! when the incident ends) and generic JSON, each with the extra headers; and a config's secrets
+//! (routing key, header values) never shown.
 
 use crate::common;
 
@@ -105,21 +105,31 @@ async fn pagerduty_triggers_per_incident_and_resolves_when_it_ends() {
     // Another worker's end resolves nothing; an episode's end does not resolve the incident.
     pd.resolve("gpu-node-1", "trainer-9", Resolve::Recovered).await;
     pd.resolve("gpu-node-1", "trainer-0", Resolve::Episode(AlertKind::Stalled)).await;
-    // The incident ends: a resolve for each of its keys.
+    // The incident ends: a resolve for each of its keys, in key order, and for those of its
+    // other page kinds (an agent restarted since a page has not seen it; PagerDuty ignores a key
+    // it does not have), the page seen here once.
     pd.resolve("gpu-node-1", "trainer-0", Resolve::Recovered).await;
-    let got = rx.wait_for(4).await;
+    let keys = [
+        "vigil/inc-1",
+        "vigil/inc-1/escalation",
+        "vigil/inc-1/fruitless",
+        "vigil/inc-1/gang-blocked",
+        "vigil/inc-1/not-restartable",
+        "vigil/inc-1/restart-failed",
+    ];
+    let got = rx.wait_for(2 + keys.len()).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(rx.got().len(), 4, "two resolves: {:?}", rx.got());
-    for (i, key) in [(2, "vigil/inc-1"), (3, "vigil/inc-1/restart-failed")] {
-        let resolve = &got[i].1;
-        assert_eq!(resolve["event_action"], "resolve");
-        assert_eq!(resolve["dedup_key"], key);
-        assert_eq!(resolve["routing_key"], "rk-s3cret");
+    assert_eq!(rx.got().len(), 2 + keys.len(), "six resolves: {:?}", rx.got());
+    for (resolve, key) in got[2..].iter().map(|(_, body)| body).zip(keys) {
+        let expected = serde_json::json!({
+            "routing_key": "rk-s3cret", "event_action": "resolve", "dedup_key": key
+        });
+        assert_eq!(*resolve, expected);
     }
     // Nothing left to resolve.
     pd.resolve("gpu-node-1", "trainer-0", Resolve::Recovered).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(rx.got().len(), 4);
+    assert_eq!(rx.got().len(), 2 + keys.len());
 }
 
 #[tokio::test]

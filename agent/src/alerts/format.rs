@@ -3,11 +3,12 @@
 
 use serde_json::{json, Value};
 
-use super::Alert;
+use super::{Alert, AlertKind};
 use crate::vocab::node::truncate;
 
 /// The PagerDuty `dedup_key` of an alert: its incident (with its kind for a page), else node,
-/// worker and kind.
+/// worker (`-` for none) and kind. Only an alert with a worker or an incident is sent with one
+/// (`pagerduty_trigger`).
 pub(crate) fn dedup_key(alert: &Alert) -> String {
     let kind = alert.kind.as_str();
     match &alert.incident {
@@ -15,10 +16,21 @@ pub(crate) fn dedup_key(alert: &Alert) -> String {
         // notification. A page on its incident's key (that of the `hung` or `errored` warning
         // before it) would wake nobody; so each page kind is an alert of its own, and its
         // updates (a further failed restart) join it, paging no one again, as `update` says.
-        Some(i) if alert.kind.is_page() => format!("vigil/{i}/{kind}"),
-        Some(i) => format!("vigil/{i}"),
+        Some(i) if alert.kind.is_page() => page_key(i, alert.kind),
+        Some(i) => incident_key(i),
         None => format!("vigil/{}/{}/{kind}", alert.node, alert.worker.as_deref().unwrap_or("-")),
     }
+}
+
+/// The `dedup_key` of `incident`'s alerts that are not pages (`dedup_key`).
+pub(crate) fn incident_key(incident: &str) -> String {
+    format!("vigil/{incident}")
+}
+
+/// The `dedup_key` of `incident`'s page of `kind` (`dedup_key`): the sink resolves it with the
+/// incident's own key even when it never saw the page (`WebhookSink::resolve`).
+pub(crate) fn page_key(incident: &str, kind: AlertKind) -> String {
+    format!("vigil/{incident}/{}", kind.as_str())
 }
 
 /// A PagerDuty Events API v2 event that triggers (or updates) the alert's incident.
@@ -46,11 +58,13 @@ pub(crate) fn pagerduty_trigger(alert: &Alert, routing_key: &str) -> Value {
         payload["group"] = json!(j);
     }
     let mut event = json!({ "routing_key": routing_key, "event_action": "trigger" });
-    // NB: only an alert an end resolves (one placed at a worker) has a key of ours. No end
-    // resolves a node-wide one (coordinator-down, breaker-open…): on a fixed key its alert
-    // stayed open for ever, and the next outage joined it without notifying anyone. Without a
-    // `dedup_key` PagerDuty makes one per event: each occurrence pages.
-    if alert.worker.is_some() {
+    // NB: only an alert an end resolves, one of a worker or of an incident, has a key of ours
+    // (a gang's alert with no member to place it at is on its incident's keys: it ends with
+    // them, not an alert of its own that nothing resolves). No end resolves a node-wide one
+    // (coordinator-down, breaker-open…): on a fixed key its alert stayed open for ever, and the
+    // next outage joined it without notifying anyone. Without a `dedup_key` PagerDuty makes one
+    // per event: each occurrence pages.
+    if alert.worker.is_some() || alert.incident.is_some() {
         event["dedup_key"] = json!(dedup_key(alert));
     }
     event["payload"] = payload;

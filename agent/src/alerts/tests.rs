@@ -156,8 +156,19 @@ fn pagerduty_keys(bodies: &[Value], action: &str) -> Vec<String> {
     events.filter_map(|b| b["dedup_key"].as_str().map(String::from)).collect()
 }
 
+/// The keys an end of incident `inc-1` resolves when it covers every page (`Recovered`,
+/// `Gone`): the incident's own, and each page kind's, in key order.
+const INC_1_KEYS: [&str; 6] = [
+    "vigil/inc-1",
+    "vigil/inc-1/escalation",
+    "vigil/inc-1/fruitless",
+    "vigil/inc-1/gang-blocked",
+    "vigil/inc-1/not-restartable",
+    "vigil/inc-1/restart-failed",
+];
+
 /// PagerDuty: the `hung` warning and the `restart-failed` page are two alerts (two dedup keys);
-/// the incident's end resolves both, once.
+/// the incident's end resolves both, once (with the keys of its other page kinds).
 #[tokio::test]
 async fn the_end_of_an_incident_resolves_its_warning_and_its_page() {
     let (url, got) = receiver().await;
@@ -172,18 +183,72 @@ async fn the_end_of_an_incident_resolves_its_warning_and_its_page() {
     pd.resolve("gpu-7", "trainer-0", Resolve::Episode(AlertKind::Stalled)).await;
     pd.resolve("gpu-7", "trainer-0", Resolve::Recovered).await;
     // NB: resolves are posted in the background (`Endpoint::post_later`).
+    let want = 2 + INC_1_KEYS.len();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while got.lock().unwrap().len() < 4 && tokio::time::Instant::now() < deadline {
+    while got.lock().unwrap().len() < want && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Nothing left open: a second end resolves nothing.
     pd.resolve("gpu-7", "trainer-0", Resolve::Recovered).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let bodies = got.lock().unwrap().clone();
-    assert_eq!(bodies.len(), 4, "{bodies:?}");
-    let mut resolved = pagerduty_keys(&bodies, "resolve");
-    resolved.sort();
-    assert_eq!(resolved, ["vigil/inc-1", "vigil/inc-1/restart-failed"]);
+    assert_eq!(bodies.len(), want, "{bodies:?}");
+    // The page it saw is resolved once, in key order with the others.
+    assert_eq!(pagerduty_keys(&bodies, "resolve"), INC_1_KEYS);
+}
+
+/// The `dedup_key`s a fresh PagerDuty sink (an agent just restarted) resolves, in the order
+/// posted, for `end` of worker `trainer-0` after it sent an alert of incident `inc-1` of each of
+/// `kinds`; at least one.
+async fn resolves_after(kinds: &[AlertKind], end: Resolve) -> Vec<String> {
+    let (url, got) = receiver().await;
+    let pd = WebhookSink::new(&url, "", Duration::from_secs(2), 1)
+        .with_format(crate::config::WebhookFormat::Pagerduty, "rk");
+    for kind in kinds {
+        pd.send(&of_incident(*kind)).await.unwrap();
+    }
+    pd.resolve("gpu-7", "trainer-0", end).await;
+    // NB: resolves are posted in the background (`Endpoint::post_later`), one after another.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while got.lock().unwrap().len() <= kinds.len() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let bodies = got.lock().unwrap().clone();
+    pagerduty_keys(&bodies, "resolve")
+}
+
+/// The open keys are in memory: a restart failed (a page on `vigil/inc-1/restart-failed`), the
+/// agent restarted (a rollout), its retry sent `restarting` (on `vigil/inc-1`) and the worker
+/// recovered: only `vigil/inc-1` was resolved, and the page stayed open for ever. The incident's
+/// key goes with the key of each page kind its end covers (PagerDuty ignores the others).
+#[tokio::test]
+async fn an_incident_s_end_resolves_the_pages_a_restarted_agent_never_saw() {
+    let restarting = [AlertKind::Restarting];
+    assert_eq!(resolves_after(&restarting, Resolve::Recovered).await, INC_1_KEYS);
+    assert_eq!(resolves_after(&restarting, Resolve::Gone).await, INC_1_KEYS);
+    // Cleared while our restart boots: an escalation stays open.
+    let cleared: Vec<_> = INC_1_KEYS.into_iter().filter(|k| !k.ends_with("/escalation")).collect();
+    assert_eq!(resolves_after(&restarting, Resolve::IncidentCleared).await, cleared);
+    // An episode's end resolves its own alert's key, never a page's.
+    let stalled = [AlertKind::Stalled];
+    let episode = resolves_after(&stalled, Resolve::Episode(AlertKind::Stalled)).await;
+    assert_eq!(episode, ["vigil/inc-1"]);
+}
+
+/// A gang's alert with an incident but no member to place it at (no member records) had no
+/// `dedup_key`: an alert of its own, never resolved. It is on its incident's keys.
+#[test]
+fn an_incident_s_alert_at_no_worker_is_on_its_incident_s_keys() {
+    use super::format::pagerduty_trigger;
+    let cases =
+        [(AlertKind::Hung, "vigil/inc-1"), (AlertKind::GangBlocked, "vigil/inc-1/gang-blocked")];
+    for (kind, key) in cases {
+        let mut a = of_incident(kind);
+        (a.worker, a.gang) = (None, Some("ml/run-1/0".into()));
+        assert_eq!(super::format::dedup_key(&a), key);
+        assert_eq!(pagerduty_trigger(&a, "rk")["dedup_key"], key, "{kind:?}");
+    }
 }
 
 /// A CRI log runs to 1 MiB: in full in the `vigil` copy, the body drew a 413, which is final (no

@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use reqwest::header::{HeaderName, HeaderValue};
+use strum::VariantArray;
 
-use super::format::{dedup_key, json_body, pagerduty_resolve, pagerduty_trigger};
+use super::format::{dedup_key, incident_key, json_body, page_key};
+use super::format::{pagerduty_resolve, pagerduty_trigger};
 use super::{Alert, AlertError, AlertKind, AlertSink, Endpoint, Resolve};
 use crate::config::WebhookFormat;
 use crate::redact::{Hidden, Secret};
@@ -22,13 +24,50 @@ pub struct WebhookSink {
     mention: String,
     format: WebhookFormat,
     routing_key: Secret<Hidden>,
-    /// PagerDuty: the open events of each worker, (node, worker) → (kind, dedup key), resolved
-    /// when the condition ends.
+    /// PagerDuty: the open events of each worker, (node, worker) → its events, resolved when
+    /// the condition ends. In memory only: an agent restarted since a page resolves the page
+    /// with its incident's own key, that of the incident's other alerts (`ended_keys`).
     open: std::sync::Mutex<OpenEvents>,
 }
 
-/// PagerDuty's open events: (node, worker) → (kind, dedup key) of each.
-type OpenEvents = BTreeMap<(String, String), Vec<(AlertKind, String)>>;
+/// A PagerDuty event this sink triggered and has not resolved yet.
+#[derive(Debug, PartialEq, Eq)]
+struct Open {
+    kind: AlertKind,
+    /// The alert's incident, if it has one.
+    incident: Option<String>,
+    /// Its `dedup_key`.
+    key: String,
+}
+
+/// PagerDuty's open events: (node, worker) → the events of each.
+type OpenEvents = BTreeMap<(String, String), Vec<Open>>;
+
+/// The dedup keys `end` resolves of `node`'s `worker`, sorted, its events taken out of `open`:
+/// those of the events it covers, less the keys an event it does not cover still uses; with an
+/// incident's own key (`incident_key`) so resolved, the key of each of the incident's pages
+/// `end` covers (`page_key`), triggered here or not.
+fn ended_keys(open: &mut OpenEvents, node: &str, worker: &str, end: Resolve) -> BTreeSet<String> {
+    let id = (node.to_string(), worker.to_string());
+    let Some(events) = open.get_mut(&id) else { return BTreeSet::new() };
+    let ended: Vec<Open> = events.extract_if(.., |e| end.covers(e.kind)).collect();
+    let mut keys: BTreeSet<String> = ended.iter().map(|e| e.key.clone()).collect();
+    keys.retain(|d| !events.iter().any(|e| e.key == *d));
+    let incidents = ended.iter().filter_map(|e| e.incident.as_deref());
+    let resolved: BTreeSet<&str> = incidents.filter(|i| keys.contains(&incident_key(i))).collect();
+    for inc in resolved {
+        // NB: the map is in memory: after an agent restart (a rollout) between a page and the
+        // end, only the incident's later alerts are in it (`restarting`, on the incident's
+        // key), and the page (`vigil/<incident>/restart-failed`) stayed open for ever. PagerDuty
+        // ignores a resolve of a key it does not have: each page kind the end covers goes too.
+        let pages = AlertKind::VARIANTS.iter().filter(|k| k.is_page() && end.covers(**k));
+        keys.extend(pages.map(|k| page_key(inc, *k)));
+    }
+    if events.is_empty() {
+        open.remove(&id);
+    }
+    keys
+}
 
 impl WebhookSink {
     pub fn new(url: &str, mention: &str, timeout: Duration, attempts: u32) -> Self {
@@ -68,9 +107,10 @@ impl AlertSink for WebhookSink {
         if let (WebhookFormat::Pagerduty, Some(w)) = (self.format, &alert.worker) {
             if let Ok(mut open) = self.open.lock() {
                 let events = open.entry((alert.node.clone(), w.clone())).or_default();
-                let key = dedup_key(alert);
-                if !events.iter().any(|(k, d)| *k == alert.kind && *d == key) {
-                    events.push((alert.kind, key));
+                let (kind, incident, key) = (alert.kind, alert.incident.clone(), dedup_key(alert));
+                let event = Open { kind, incident, key };
+                if !events.contains(&event) {
+                    events.push(event);
                 }
             }
         }
@@ -87,25 +127,21 @@ impl AlertSink for WebhookSink {
         open.keys().filter(|(n, _)| n == node).map(|(_, w)| w.clone()).collect()
     }
 
-    /// PagerDuty: resolve the events the end covers (one per dedup key: an incident's pages have
-    /// a key each, its other alerts share one, `dedup_key`); a dedup key still used by an alert
-    /// the end does not cover stays open.
+    /// PagerDuty: resolve the events the end covers (one per dedup key, in key order: an
+    /// incident's pages have a key each, its other alerts share one, `dedup_key`); a dedup key
+    /// still used by an alert the end does not cover stays open. With an incident's own key go
+    /// those of its pages the end covers, seen here or not (`ended_keys`).
     async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
         if self.format != WebhookFormat::Pagerduty {
             return;
         }
-        let keys: BTreeSet<String> = {
+        let keys = {
             let Ok(mut open) = self.open.lock() else { return };
-            let id = (node.to_string(), worker.to_string());
-            let Some(events) = open.get_mut(&id) else { return };
-            let ended: Vec<_> = events.extract_if(.., |(k, _)| end.covers(*k)).collect();
-            let keys = ended.into_iter().map(|(_, d)| d);
-            let keys = keys.filter(|d| !events.iter().any(|(_, k)| k == d)).collect();
-            if events.is_empty() {
-                open.remove(&id);
-            }
-            keys
+            ended_keys(&mut open, node, worker, end)
         };
+        if keys.is_empty() {
+            return;
+        }
         // NB: in the background (`Endpoint::post_later`), as Alertmanager's resolves.
         let bodies = keys.iter().map(|k| pagerduty_resolve(k, self.routing_key.expose())).collect();
         let failed: fn(&AlertError, &str) = |e, worker| {
