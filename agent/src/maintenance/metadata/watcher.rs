@@ -52,20 +52,32 @@ pub struct WatchConfig {
     pub startup_attempts: u32,
     /// The operator says this is GCE (`metadata.enabled = "on"`): a server that cannot be
     /// reached is late, not absent, so failing the quick attempts does not end the start-up read
-    /// (restarts keep waiting for it, up to `metadata.first_read_wait`).
+    /// (restarts keep waiting for it, up to `metadata.first_read_wait`), and it is probed at
+    /// most `OPEN_READ_PROBE_MAX` (2 s) apart until it answers.
     pub gce_known: bool,
     /// Where a standing problem (no `maintenance-event` key) is reported for `/readyz`.
     pub warnings: Option<Warnings>,
 }
 
-/// Quick start-up attempts with `metadata.enabled = "on"` (about 6 s of them with the defaults,
-/// against `auto`'s 3): the operator says the server is there, so give a late network longer.
+/// Quick start-up attempts with `metadata.enabled = "on"`, against `auto`'s 3: the operator says
+/// the server is there, so give a late network longer. With the defaults they take about 6 s
+/// when each connect fails at once (refused, no route: 29 pauses of 200 ms); a connect that
+/// hangs instead takes up to the client's connect timeout (5 s in the agent), so 30 such
+/// attempts take up to about 2.6 min (30 × 5 s and the pauses).
 const ON_STARTUP_ATTEMPTS: u32 = 30;
+
+/// NB: the longest pause between probes past the quick attempts while `gce_known` (the start-up
+/// read stays open until the server answers). The server may come up at any moment, and until
+/// it is asked again a pending maintenance notice goes unseen, while restarts wait for the read
+/// only up to `metadata.first_read_wait`: the backoff's up to ~60 s between probes would see the
+/// notice up to that much late. A request every 2 s to the node's own link-local server is
+/// cheap. Once the server has answered, the usual backoff applies.
+const OPEN_READ_PROBE_MAX: Duration = Duration::from_secs(2);
 
 impl WatchConfig {
     /// This tuning for `metadata.enabled = "on"`: more quick attempts at start-up, then the same
-    /// message and backoff as `auto`, and the start-up read ends only when the server answers
-    /// (see [`WatchConfig::gce_known`]).
+    /// message as `auto` and the backoff, capped at `OPEN_READ_PROBE_MAX` (2 s); the start-up read
+    /// ends only when the server answers (see [`WatchConfig::gce_known`]).
     pub fn enabled_on(self) -> WatchConfig {
         WatchConfig { startup_attempts: ON_STARTUP_ATTEMPTS, gce_known: true, ..self }
     }
@@ -98,14 +110,15 @@ pub async fn watch_with(
 /// The first answer of the metadata server (`maintenance-event`), probed until it comes;
 /// `None` at shutdown. Once the quick attempts have all failed to connect, the start-up read is
 /// over (`RawMetadata::settled`: not on GCE), unless the operator says this is GCE
-/// ([`WatchConfig::gce_known`]).
+/// ([`WatchConfig::gce_known`]: then it stays open, and the probes come at most
+/// [`OPEN_READ_PROBE_MAX`] apart).
 async fn first_answer(ctx: &Ctx) -> Option<Answer> {
     let (key, cfg) = (Key::MaintenanceEvent, &ctx.cfg);
     let attempts = cfg.startup_attempts.max(1);
     let mut attempt = 0;
     // NB: a server that cannot be reached at start-up may only be late (the node's network comes
-    // up after the agent): after the quick attempts, keep probing with backoff. The watcher is
-    // off only when configured off.
+    // up after the agent): after the quick attempts, keep probing with backoff (capped while the
+    // start-up read is open: `OPEN_READ_PROBE_MAX`). The watcher is off only when configured off.
     let mut probe = Backoff::jittered(cfg.backoff_initial, cfg.backoff_max);
     loop {
         attempt += 1;
@@ -132,7 +145,7 @@ async fn first_answer(ctx: &Ctx) -> Option<Answer> {
                 chain(&e)
             );
         }
-        let pause_for = if step.quick { cfg.unavailable_retry.0 } else { probe.next_delay() };
+        let pause_for = step.pause.of(cfg, &mut probe);
         ctx.shutdown.run_until_cancelled(tokio::time::sleep(pause_for)).await?;
     }
 }
@@ -144,15 +157,45 @@ struct Unreached {
     say: bool,
     /// End the start-up read (`RawMetadata::settled`): not on GCE.
     settle: bool,
-    /// Retry after `unavailable_retry.0`; otherwise after the next step of the backoff.
-    quick: bool,
+    /// The pause before the next attempt.
+    pause: Pause,
+}
+
+/// The pause of the start-up probe before its next attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pause {
+    /// `unavailable_retry.0`: a quick attempt.
+    Quick,
+    /// The next step of the backoff, at most [`OPEN_READ_PROBE_MAX`]: the start-up read is
+    /// open (`gce_known`).
+    Capped,
+    /// The next step of the backoff.
+    Backoff,
+}
+
+impl Pause {
+    /// How long, `probe` being the backoff past the quick attempts.
+    fn of(self, cfg: &WatchConfig, probe: &mut Backoff) -> Duration {
+        match self {
+            Pause::Quick => cfg.unavailable_retry.0,
+            Pause::Capped => probe.next_delay().min(OPEN_READ_PROBE_MAX),
+            Pause::Backoff => probe.next_delay(),
+        }
+    }
 }
 
 /// What the start-up probe does after its `attempt`-th (from 1) failed connect under `cfg`.
 fn unreached(cfg: &WatchConfig, attempt: u32) -> Unreached {
     let attempts = cfg.startup_attempts.max(1);
     let last = attempt == attempts;
-    Unreached { say: last, settle: last && !cfg.gce_known, quick: attempt < attempts }
+    let pause = if attempt < attempts {
+        Pause::Quick
+    } else if cfg.gce_known {
+        Pause::Capped
+    } else {
+        Pause::Backoff
+    };
+    Unreached { say: last, settle: last && !cfg.gce_known, pause }
 }
 
 /// The watched keys; `as_str` is the metric label.
@@ -424,16 +467,23 @@ mod tests {
         (1..=n).map(|attempt| unreached(cfg, attempt)).collect()
     }
 
+    /// The pauses of the start-up probe after the first `n` failed connects, with its backoff.
+    fn pauses(cfg: &WatchConfig, n: u32) -> Vec<Duration> {
+        let mut probe = Backoff::jittered(cfg.backoff_initial, cfg.backoff_max);
+        schedule(cfg, n).into_iter().map(|s| s.pause.of(cfg, &mut probe)).collect()
+    }
+
     /// `metadata.enabled = "on"` once retried an unreachable server every 200 ms for ever,
     /// silently (its quick attempts had no end): now a few seconds of quick retries, then the
-    /// backoff for good, the server's absence said once, and the start-up read never ended by
-    /// it (the operator says this is GCE).
+    /// (capped) backoff for good, the server's absence said once, and the start-up read never
+    /// ended by it (the operator says this is GCE).
     #[test]
     fn on_retries_quickly_at_start_then_says_it_once_and_backs_off_never_settling() {
         let steps = schedule(&WatchConfig::default().enabled_on(), 10_000);
-        let quick = steps.iter().take_while(|s| s.quick).count();
+        let quick = steps.iter().take_while(|s| s.pause == Pause::Quick).count();
         assert!((10..100).contains(&quick), "a few seconds of quick retries, not {quick}");
-        assert!(steps[quick..].iter().all(|s| !s.quick), "then the backoff, for good");
+        let capped = steps[quick..].iter().all(|s| s.pause == Pause::Capped);
+        assert!(capped, "then the backoff, capped while the start-up read is open, for good");
         assert_eq!(steps.iter().filter(|s| s.say).count(), 1, "said once");
         assert!(steps[quick].say, "when the quick retries end");
         assert!(steps.iter().all(|s| !s.settle), "an unreachable server is late, not absent");
@@ -444,11 +494,26 @@ mod tests {
     #[test]
     fn auto_settles_after_its_quick_attempts() {
         let steps = schedule(&WatchConfig::default(), 50);
-        let quick = steps.iter().take_while(|s| s.quick).count();
+        let quick = steps.iter().take_while(|s| s.pause == Pause::Quick).count();
         assert_eq!(quick, 2);
-        let once = Unreached { say: true, settle: true, quick: false };
+        let once = Unreached { say: true, settle: true, pause: Pause::Backoff };
         assert_eq!(steps[quick], once);
-        let later = Unreached { say: false, settle: false, quick: false };
+        let later = Unreached { say: false, settle: false, pause: Pause::Backoff };
         assert!(steps[quick + 1..].iter().all(|s| *s == later));
+    }
+
+    /// `on` past its quick attempts once backed off up to ~60 s between probes: a server that
+    /// came up was first asked up to that much later, its pending notice unseen meanwhile. Now,
+    /// while the start-up read is open, the probes come at most `OPEN_READ_PROBE_MAX` apart;
+    /// `auto` (its start-up read over) backs off as before.
+    #[test]
+    fn with_on_probes_stay_a_few_seconds_apart_while_the_start_up_read_is_open() {
+        let on = WatchConfig::default().enabled_on();
+        let p = pauses(&on, 100);
+        assert!(p.iter().all(|d| *d <= OPEN_READ_PROBE_MAX), "capped: {p:?}");
+        assert_eq!(p.last(), Some(&OPEN_READ_PROBE_MAX), "probed on at the cap, not faster");
+        let auto = WatchConfig::default();
+        let p = pauses(&auto, 100);
+        assert!(p.iter().any(|d| *d >= auto.backoff_max), "auto backs off to its cap: {p:?}");
     }
 }
