@@ -912,6 +912,23 @@ async fn two_containers_with_one_worker_id_are_never_restarted() {
     assert!(w.sink.resolved().contains(&ended), "{:?}", w.sink.resolved());
 }
 
+/// Both containers of an ambiguous id go at once: the episode is over, so the id carried twice
+/// again later is alerted again (it once stayed marked as said for the day).
+#[tokio::test]
+async fn an_ambiguity_that_went_with_both_containers_is_alerted_again_when_it_returns() {
+    let mut w = World::new(|_| {});
+    w.runtime.add("c9", "trainer-0");
+    w.tick().await;
+    assert_eq!(w.sink.count(AlertKind::Ambiguous), 1);
+    w.runtime.remove("c1");
+    w.runtime.remove("c9");
+    w.tick().await;
+    w.runtime.add("c1", "trainer-0");
+    w.runtime.add("c9", "trainer-0");
+    w.tick().await;
+    assert_eq!(w.sink.count(AlertKind::Ambiguous), 2, "a new episode");
+}
+
 #[tokio::test]
 async fn runtime_down_is_an_alert_not_a_crash() {
     let mut w = World::new(|_| {});

@@ -335,6 +335,7 @@ impl Agent {
             let v = self.evaluate_one(&list[0], read, &host).await?;
             report.verdicts.push((worker, v));
         }
+        self.roster.forget_gone(&self.ctx, &present).await?;
         self.forget_the_gone(report, &present).await;
         Ok(true)
     }

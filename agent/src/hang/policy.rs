@@ -243,7 +243,7 @@ pub(crate) fn plan(
     let escalate = marks.restarted_at.is_some_and(|restarted| {
         still_broken && !marks.escalated && now - restarted >= ms(cfg.escalate_after)
     });
-    if marks.restarted_at.is_some() && !still_broken && v == Verdict::Healthy {
+    if marks.restarted_at.is_some() && !still_broken && beating(v, status, now) {
         fx.push(Effect::ForgetRestart);
     }
     // NB: not while our restart boots: until its first beat after the verification, the
@@ -338,6 +338,15 @@ fn timer_end(v: Verdict, fine: bool, marks: &Marks) -> Option<TimerEnd> {
             fine.then_some(TimerEnd::Recovered)
         }
     }
+}
+
+/// Whether the record shows the worker beating after our restart, which is then forgotten:
+/// healthy, or invalid only for a heartbeat from the future. NB: a rank writing milliseconds
+/// beside healthy ones is invalid, not broken; kept, our restart made a hang hours later an
+/// escalation at its first sighting.
+fn beating(v: Verdict, status: Option<&WorkerStatus>, now: Millis) -> bool {
+    let from_future = status.is_some_and(|s| heartbeat_from_future(s, now).is_some());
+    v == Verdict::Healthy || (v == Verdict::Unreachable && from_future)
 }
 
 /// Episodes to close (the condition ended) and to open (it began), closes first.

@@ -210,6 +210,14 @@ fn escalation_exactly_once_after_escalate_after() {
         p.contains(&Effect::ForgetRestart) && !p.contains(&Effect::Escalate),
         "recovered after the restart"
     );
+    // A record from the future (a rank writing milliseconds) beats: the restart is forgotten.
+    let mut ahead = rec("processing", 0);
+    ahead.heartbeat = Some(NOW * 1000);
+    let v = verdict(Some(&ahead), &m, NodeContext::default(), NOW, &c);
+    assert_eq!(v, Verdict::Unreachable);
+    assert!(plan(v, Some(&ahead), &m, NOW, &c).contains(&Effect::ForgetRestart));
+    // Not a record that is missing.
+    assert!(!plan(Verdict::Unreachable, None, &m, NOW, &c).contains(&Effect::ForgetRestart));
 }
 
 #[test]

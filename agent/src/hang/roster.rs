@@ -109,6 +109,23 @@ impl Roster {
         }
         Ok(())
     }
+
+    /// Ambiguous ids no container carries any more (both went at once): gone, their page
+    /// resolved with them (`crate::alerts::Notifier::retain`); a later ambiguity of the id is a
+    /// new episode. Forgotten once its key is gone (a failed delete is tried next cycle).
+    pub(crate) async fn forget_gone(
+        &mut self,
+        ctx: &Context,
+        present: &HashSet<String>,
+    ) -> Result<()> {
+        let gone: Vec<String> =
+            self.ambiguous.iter().filter(|w| !present.contains(*w)).cloned().collect();
+        for worker in gone {
+            ctx.coord.del(&[dedup_key(ctx, &worker)]).await?;
+            self.ambiguous.remove(&worker);
+        }
+        Ok(())
+    }
 }
 
 /// The de-duplication key of a worker id's ambiguity alert.

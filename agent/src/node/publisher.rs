@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::accel::gpu::model::{GpuHealth, GpuReport};
+use crate::accel::gpu::model::{GpuHealth, GpuMonitorState, GpuReport};
 use crate::accel::policy::{desired, Accelerator};
 use crate::accel::tpu::model::TpuReport;
 use crate::config::Config;
@@ -158,7 +158,11 @@ impl NodePublisher {
         // Node again on a node without GPUs. A new GPU report publishes at once (`apply_gpu`),
         // and a change of observe mode looks again (`set_dry_run`).
         self.device_checked = Some(tokio::time::Instant::now());
-        if !gpu.settled() || !gpu.failures_known() || observe_on_v1alpha3 {
+        // NB: only from GPUs NVML read (or one that hangs in a call after reading them): kept
+        // failures before NVML loads may be an old write's, and a reconcile would delete the
+        // rules of GPUs that failed after it; the Node taint stands in meanwhile.
+        let read = matches!(gpu.state, GpuMonitorState::On | GpuMonitorState::NvmlHung);
+        if !gpu.settled() || !read || observe_on_v1alpha3 {
             return Taints::Uncovered;
         }
         let failed = gpu.gpus.iter().filter(|g| g.health == GpuHealth::Failed);

@@ -131,8 +131,11 @@ fn salvage(text: &str, boot_id: &str, path: &str, error: &str) -> Restored {
     let uuids = uuids_in(text);
     let causes = vec![format!("listed as failed in the unreadable state file {path}")];
     let failure = Failure { action: XidAction::ResetGpu, causes, kept: true, ..Failure::default() };
-    for (i, uuid) in uuids.iter().enumerate() {
-        let known = GpuStatus::known(u32::try_from(i).unwrap_or(u32::MAX), uuid.clone());
+    // NB: no index (none that a worker's could match): the file's are unreadable, and a
+    // guessed one would hold a healthy GPU's worker back while NVML is not read yet and let the
+    // failed GPU's go. By its UUID only until the first sample places it.
+    for uuid in &uuids {
+        let known = GpuStatus::known(u32::MAX, uuid.clone());
         out.gpus.push(GpuStatus { failure: Some(failure.clone()), ..known });
     }
     let (count, listed) = (uuids.len(), uuids.join(", "));
