@@ -107,8 +107,8 @@ impl AlertSink for WebhookSink {
         if let (WebhookFormat::Pagerduty, Some(w)) = (self.format, &alert.worker) {
             if let Ok(mut open) = self.open.lock() {
                 let events = open.entry((alert.node.clone(), w.clone())).or_default();
-                let (kind, incident, key) = (alert.kind, alert.incident.clone(), dedup_key(alert));
-                let event = Open { kind, incident, key };
+                let key = dedup_key(alert);
+                let event = Open { kind: alert.kind, incident: alert.incident.clone(), key };
                 if !events.contains(&event) {
                     events.push(event);
                 }

@@ -77,7 +77,8 @@ pub enum ConfigError {
 
 /// Where environment overrides come from: the process environment in production, a map in tests.
 /// A variable set to the empty string is `Some("")` here: what empty means is the config's to say
-/// (unset for most, an error for `REDIS_URL`), the same in production and in tests.
+/// (unset, and for `REDIS_URL` an error where the agent runs: `refuse_empty_redis_url`), the
+/// same in production and in tests.
 pub(crate) trait Env {
     fn get(&self, name: &str) -> Option<String>;
 }
@@ -275,9 +276,9 @@ impl Config {
     }
 
     /// `NODE_NAME`, `REDIS_URL` and `DOCKER_HOST` win over the file, as in the DaemonSet; an
-    /// empty variable counts as unset, but for `REDIS_URL`, an error. Every line of
-    /// `VIGIL_WEBHOOK_HEADERS` that says something is `Name: value`, or an error that does not
-    /// show the line.
+    /// empty variable counts as unset (`REDIS_URL` too: the agent's commands refuse it first,
+    /// `refuse_empty_redis_url`). Every line of `VIGIL_WEBHOOK_HEADERS` that says something is
+    /// `Name: value`, or an error that does not show the line.
     pub(crate) fn apply_env(&mut self, env: &dyn Env) -> Result<(), ConfigError> {
         from_env(env, "NODE_NAME", &mut self.node_name);
         from_env(env, "DOCKER_HOST", &mut self.docker.host);
@@ -412,8 +413,8 @@ impl Config {
 
     /// `opportunistic.enabled` needs a pool to count and a shared Redis. The pool is
     /// `fleet.pool`, or the Node's `cloud.google.com/gke-nodepool` label, read at run time when
-    /// the Kubernetes API is on (until that read, no claim is taken). `opportunistic.claim_ttl`
-    /// outlives two polls.
+    /// the Kubernetes API is on (until that read, no claim is taken); and its claim's TTL
+    /// ([`Config::validate_claim_ttl`]).
     fn validate_opportunistic(&self) -> Result<(), ConfigError> {
         let on = self.opportunistic.enabled;
         let why = "needs the node's pool: set fleet.pool (or VIGIL_POOL), or turn the Kubernetes API on \
@@ -423,18 +424,26 @@ impl Config {
         bad_if(no_pool, "opportunistic.enabled", why)?;
         let why = "needs Redis (REDIS_URL): the pool claim must be shared by every node";
         bad_if(on && self.embedded(), "opportunistic.enabled", why)?;
-        // NB: the holder looks at its claim once a poll and takes its label off only when it
-        // finds the claim gone: a claim shorter than two polls could lapse before its holder
-        // ever looked (a 0s TTL was a 1 ms claim), and another node of the pool claim while the
-        // first is still offered.
+        self.validate_claim_ttl()
+    }
+
+    /// `opportunistic.claim_ttl` outlives two polls (its text formatted only when it does not).
+    /// NB: the holder looks at its claim once a poll and takes its label off only when it finds
+    /// the claim gone: a claim shorter than two polls could lapse before its holder ever looked
+    /// (a 0s TTL was a 1 ms claim), and another node of the pool claim while the first is still
+    /// offered.
+    fn validate_claim_ttl(&self) -> Result<(), ConfigError> {
         let least = self.poll_interval * 2;
+        if self.opportunistic.claim_ttl >= least {
+            return Ok(());
+        }
         let why = format!(
             "must be at least twice poll_interval ({}): the node holding the pool's claim checks \
              it once a poll, so a shorter claim can expire while that node is still offered for \
              maintenance and let a second node of the pool be offered at the same time",
             humantime::format_duration(least)
         );
-        bad_if(self.opportunistic.claim_ttl < least, "opportunistic.claim_ttl", why)
+        bad("opportunistic.claim_ttl", why)
     }
 
     /// The defaults, as a commented TOML file (`vigil config defaults`).

@@ -167,8 +167,14 @@ impl RedisCoordinator {
     }
 
     fn from_target(target: Target, addr: String, timeout: Duration) -> Self {
-        let (conn, stale, replaced) = (Mutex::new(None), false.into(), Default::default());
-        RedisCoordinator { target, addr, timeout, conn, stale, replaced }
+        RedisCoordinator {
+            target,
+            addr,
+            timeout,
+            conn: Mutex::new(None),
+            stale: false.into(),
+            replaced: Default::default(),
+        }
     }
 
     /// One server at `url`, a `rediss://` one verified against the CA in the PEM file `ca_file`

@@ -221,7 +221,6 @@ impl NodePublisher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accel::gpu::model::GpuMonitorState;
 
     /// A node without GPUs (or a monitor not started, or off) has no device taint to reconcile:
     /// one look, then the periodic recheck, not a publish of the Node on every tick.

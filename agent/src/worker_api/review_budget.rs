@@ -126,9 +126,10 @@ impl ReviewBudget {
             node.tokens -= 1.0;
             Ok(Charge { proven })
         };
-        match proven {
-            true => self.proven_node = Some(node),
-            false => self.node = Some(node),
+        if proven {
+            self.proven_node = Some(node);
+        } else {
+            self.node = Some(node);
         }
         verdict
     }
