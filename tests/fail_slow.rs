@@ -115,15 +115,15 @@ impl Gang {
     }
 
     /// Each node's controller ticks; what node `i`'s Node shows of the pace: the `VigilSlow`
-    /// condition (status, message; `None`, `""` before the Node's first write) and whether the
-    /// slow taint is on.
-    async fn slow_nodes(&mut self) -> Vec<(String, String, bool)> {
+    /// condition (status, message; `None`, `""` before the Node's first write) and the slow
+    /// taint's effect (`""`: off).
+    async fn slow_nodes(&mut self) -> Vec<(String, String, String)> {
         let mut out = Vec::new();
         for node in self.fleet.nodes.iter_mut() {
             node.controller().tick().await;
             let d = node.node_api.last();
-            let tainted =
-                d.add_taints.iter().any(|t| t.key == "vigil.dev/slow" && t.effect == "NoExecute");
+            let taint = d.add_taints.iter().find(|t| t.key == "vigil.dev/slow");
+            let tainted = taint.map(|t| t.effect.clone()).unwrap_or_default();
             let shown = match d.conditions.iter().find(|c| c.kind == "VigilSlow") {
                 Some(c) => (c.status.as_str().to_string(), c.message.clone(), tainted),
                 None => ("None".to_string(), String::new(), tainted),
@@ -289,17 +289,19 @@ async fn the_node_a_slow_gang_waits_for_shows_vigil_slow_and_its_opted_in_taint(
     let mut g = Gang::build(true, true);
     g.run(1.0, 20 * 60, even, false).await;
     for (status, _, tainted) in g.slow_nodes().await {
-        assert_eq!((status.as_str(), tainted), ("None", false), "no change, no write");
+        assert_eq!((status.as_str(), tainted.as_str()), ("None", ""), "no change, no write");
     }
     g.run(0.7, 8 * 60, rank_2_slow, false).await;
     let shown = g.slow_nodes().await;
     for (i, (status, message, tainted)) in shown.iter().enumerate() {
         if i != 2 {
             // Nobody names it: no change, no write (at start-up the controller writes False).
-            assert_eq!((status.as_str(), *tainted), ("None", false), "node {i}");
+            assert_eq!((status.as_str(), tainted.as_str()), ("None", ""), "node {i}");
             continue;
         }
-        assert_eq!((status.as_str(), *tainted), ("True", true), "{message}");
+        // NB: named by its compute time alone — the job's own word — `NoSchedule`, not the
+        // `NoExecute` opted into: a tenant's records never evict a shared node's pods.
+        assert_eq!((status.as_str(), tainted.as_str()), ("True", "NoSchedule"), "{message}");
         for what in [
             "gang ml/llama-70b runs at 0.70 steps/s",
             "(70 %)",
@@ -322,7 +324,7 @@ async fn the_node_a_slow_gang_waits_for_shows_vigil_slow_and_its_opted_in_taint(
     g.run(0.7, 90, rank_2_slow, true).await;
     g.run(0.7, 30, rank_2_slow, false).await;
     let shown = g.slow_nodes().await;
-    assert_eq!((shown[2].0.as_str(), shown[2].2), ("True", true), "{}", shown[2].1);
+    assert_eq!((shown[2].0.as_str(), shown[2].2.as_str()), ("True", "NoSchedule"), "{}", shown[2].1);
     let events = g.fleet.nodes[2].node_api.reasons();
     assert_eq!(events.iter().filter(|r| *r == "VigilSlow").count(), 1, "{events:?}");
     // Back at its pace: the condition False again; the taint held for taint_for (a replacement
@@ -330,12 +332,12 @@ async fn the_node_a_slow_gang_waits_for_shows_vigil_slow_and_its_opted_in_taint(
     g.run(1.0, 3 * 60, even, false).await;
     let shown = g.slow_nodes().await;
     assert_eq!(
-        (shown[2].0.as_str(), shown[2].1.as_str(), shown[2].2),
-        ("False", "vigil: no slow gang names this node", true)
+        (shown[2].0.as_str(), shown[2].1.as_str(), shown[2].2.as_str()),
+        ("False", "vigil: no slow gang names this node", "NoSchedule")
     );
     g.run(1.0, 8 * 60, even, false).await;
     let shown = g.slow_nodes().await;
-    assert_eq!((shown[2].0.as_str(), shown[2].2), ("False", false));
+    assert_eq!((shown[2].0.as_str(), shown[2].2.as_str()), ("False", ""));
     assert_eq!(g.restarts(), 0);
 }
 
@@ -351,14 +353,35 @@ async fn a_reload_to_observe_mode_takes_the_slow_taint_off() {
     g.fleet.nodes[2].agents.insert(0, agent);
     g.run(1.0, 20 * 60, even, false).await;
     g.run(0.7, 8 * 60, rank_2_slow, false).await;
-    assert!(g.slow_nodes().await[2].2, "named and tainted");
+    assert_eq!(g.slow_nodes().await[2].2, "NoSchedule", "named and tainted");
     reload.send_replace(vigil::config::Config { dry_run: true, ..running.clone() });
     g.run(0.7, POLL.as_secs(), rank_2_slow, false).await;
     let shown = g.slow_nodes().await;
-    assert_eq!((shown[2].0.as_str(), shown[2].2), ("True", false), "{}", shown[2].1);
+    assert_eq!((shown[2].0.as_str(), shown[2].2.as_str()), ("True", ""), "{}", shown[2].1);
     reload.send_replace(running);
     g.run(0.7, POLL.as_secs(), rank_2_slow, false).await;
-    assert!(g.slow_nodes().await[2].2, "tainted again");
+    assert_eq!(g.slow_nodes().await[2].2, "NoSchedule", "tainted again");
+}
+
+/// `NoExecute` evicts every pod on the node, other namespaces' too: only where the node's own
+/// agent reads a slowness there. Rank 2 computes longest (strong evidence, but the job's own
+/// word) on a node whose GPU is clocked down by the hardware: `NoExecute`. (Before, compute time
+/// alone evicted: a tenant writing `compute_ms` could empty a shared node of other jobs' pods.)
+#[tokio::test]
+async fn no_execute_needs_the_node_s_own_signal_beside_the_job_s_records() {
+    let mut g = Gang::build(true, true);
+    let (stop, gpus) = g.with_fake_gpus(&[0, 1, 2, 3]);
+    gpus[2].set_throttle_reasons(0, vec!["hw-slowdown"]);
+    gpus[2].wait_samples(2, Duration::from_secs(30));
+    g.run(1.0, 20 * 60, even, false).await;
+    g.run(0.7, 8 * 60, rank_2_slow, false).await;
+    stop.cancel();
+    let shown = g.slow_nodes().await;
+    assert_eq!((shown[2].0.as_str(), shown[2].2.as_str()), ("True", "NoExecute"), "{}", shown[2].1);
+    for what in ["computes 450 ms", "its node shows GPU 0 (GPU-2222) hw-slowdown"] {
+        assert!(shown[2].1.contains(what), "{what}: {}", shown[2].1);
+    }
+    assert_eq!(g.restarts(), 0);
 }
 
 /// The fake NVML behind the real monitor thread: node 2's GPU starts retrying its PCIe link and

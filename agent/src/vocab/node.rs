@@ -110,8 +110,8 @@ pub type SlowNamed = BTreeMap<String, Named>;
 pub struct Named {
     /// How slow, which worker, why: the `VigilSlow` condition's message.
     pub line: String,
-    /// Its evidence is strong enough to evict (`crate::hang::policy_pace::STRONG`): its compute
-    /// time, or two signals.
+    /// Its evidence is strong enough to evict (`crate::hang::policy_pace::STRONG`: its compute
+    /// time, or two signals) and includes a slowness this node's agent reads itself.
     pub strong: bool,
 }
 

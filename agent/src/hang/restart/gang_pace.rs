@@ -53,7 +53,11 @@ impl RestartPath<'_> {
 }
 
 /// The episode `value` of gang `gang` names `own` as the member it waits for: what the Node's
-/// `VigilSlow` condition says (how slow, which worker, why) and whether the evidence is strong.
+/// `VigilSlow` condition says (how slow, which worker, why) and whether the evidence is strong
+/// enough to evict (`NoExecute`): it scored [`STRONG`] and this agent reads a slowness on its own
+/// node now. NB: compute time and steps are the job's own word (its records): alone they would
+/// let a tenant evict another namespace's pods from a shared node; the node's signals are not
+/// theirs to write.
 fn named_here(value: &str, gang: &str, own: &Member) -> Option<Named> {
     let mut parts = value.splitn(4, '|');
     if parts.nth(1)? != own.id() {
@@ -67,7 +71,7 @@ fn named_here(value: &str, gang: &str, own: &Member) -> Option<Named> {
     let line = format!(
         "gang {gang} runs at {pace} ({pct:.0} %) and waits for {worker} on this node: {why}"
     );
-    Some(Named { line, strong: points >= STRONG })
+    Some(Named { line, strong: points >= STRONG && !own.slow.is_empty() })
 }
 
 /// The rate against the baseline in words: `0.82 steps/s against its usual 1.64 steps/s`.
@@ -306,7 +310,8 @@ mod tests {
 
     #[test]
     fn the_member_an_episode_names_reads_it_for_its_node() {
-        let own = Member::working("gpu-3", "rank-3", 0);
+        let mut own = Member::working("gpu-3", "rank-3", 0);
+        own.slow = vec!["GPU 0 (GPU-3333) hw-slowdown".into()];
         let why = "it computes 571 ms before each collective, the others 400 ms (median): they wait for it";
         let at = |placed: &str| episode(1_000, (1.4, 2.0), ("gpu-0/rank-0", 1_000), placed);
         let value = at(&format!("gpu-3/rank-3|2|{why}"));
@@ -318,6 +323,9 @@ mod tests {
         assert!(n.strong, "compute time: strong");
         let weak = at("gpu-3/rank-3|1|its node shows XID 13");
         assert!(!named_here(&weak, "ml/c", &own).expect("named").strong);
+        // Compute time is the job's word: strong only where this node shows a slowness itself.
+        let unsignalled = Member::working("gpu-3", "rank-3", 0);
+        assert!(!named_here(&value, "ml/c", &unsignalled).expect("named").strong);
         // Another member, nobody, or not named yet: not this node's.
         let other = Member::working("gpu-1", "rank-1", 0);
         assert_eq!(named_here(&value, "ml/c", &other), None);
