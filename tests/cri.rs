@@ -17,7 +17,7 @@ use common::fleet::Fleet;
 use common::wiring::{node_config, write_record};
 use tokio_util::sync::CancellationToken;
 use vigil::accel::gpu::model::{GpuHealth, GpuReport};
-use vigil::alerts::AlertKind;
+use vigil::alerts::{AlertKind, Resolve};
 use vigil::clock::{Clock, FakeClock, Millis};
 use vigil::coord::{Coordinator, Keys};
 use vigil::cycle::agent::Agent;
@@ -225,6 +225,67 @@ async fn unlabeled_pods_and_other_containers_are_never_touched() {
         assert!(all.iter().all(|c| c.2 == 0 && c.3), "untouched: {all:?}");
     }
     stop.cancel();
+}
+
+/// A worker that ends with exit 3 by its own hand when it gets SIGUSR1 (once it said `ready`).
+const EXITS_3_ON_USR1: &str = "trap 'exit 3' USR1; echo ready; while true; do sleep 1; done";
+
+/// Container `id` of `pod` (running [`EXITS_3_ON_USR1`]) exits with 3: signalled through the
+/// adapter once its trap is set, then waited for.
+async fn exit_3(runtime: &CriRuntime, kubelet: &Kubelet, pod: &Pod, id: &str) {
+    for _ in 0..100 {
+        if runtime.logs(id, 5).await.is_ok_and(|l| l.contains("ready")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    runtime.kill(id, "SIGUSR1").await.expect("the signal reaches the worker");
+    for _ in 0..100 {
+        if kubelet.containers(pod).await.iter().any(|c| c.0 == id && !c.3) {
+            assert_eq!(kubelet.exit(id).await.0, 3, "the worker's own exit code");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{id} did not exit: {:?}", kubelet.containers(pod).await);
+}
+
+/// A worker whose container exited and is not started again (kubelet's back-off, a `Never`
+/// pod) is listed exited, not missing: its `exited` page is sent, and its open pages are not
+/// resolved as if it were gone. Of a container with several attempts, the newest alone is
+/// listed, whatever its state, and it is the older one's successor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exited_worker_is_listed_exited_by_its_newest_attempt_not_gone() {
+    let ctd = Containerd::start();
+    // No restart loop: a container that exits stays exited.
+    let kubelet = Kubelet::new(&ctd);
+    let labels = [("vigil.worker", WORKER)];
+    let pod = kubelet.run_pod("crashing", &labels, &[], &[("main", EXITS_3_ON_USR1)]).await;
+    let runtime = Arc::new(kubelet_runtime(&ctd));
+    let mut rig = Rig::new(runtime.clone());
+    // No record: `unreachable`, a page open for the worker.
+    rig.tick().await;
+    rig.tick().await;
+    assert_eq!(rig.sink.count(AlertKind::Unreachable), 1, "{:?}", rig.sink.kinds());
+
+    let (first, _) = kubelet.running(&pod, "main").await.expect("attempt 0 runs");
+    exit_3(&runtime, &kubelet, &pod, &first).await;
+    let listed = runtime.list_workers().await.unwrap();
+    let seen: Vec<_> =
+        listed.iter().map(|c| (c.id.as_str(), c.worker.as_str(), c.running)).collect();
+    assert_eq!(seen, [(first.as_str(), WORKER, false)], "listed exited, not missing");
+    rig.tick().await;
+    assert_eq!(rig.sink.count(AlertKind::Exited), 1, "{:?}", rig.sink.kinds());
+    let resolved = rig.sink.resolved();
+    assert!(!resolved.contains(&(WORKER.into(), Resolve::Gone)), "not gone: {resolved:?}");
+
+    // Kubelet's next attempt exits too: it alone speaks for the container.
+    let second = kubelet.start_attempt(&pod, "main", 1).await;
+    exit_3(&runtime, &kubelet, &pod, &second).await;
+    let ids_now: Vec<_> = runtime.list_workers().await.unwrap().into_iter().map(|c| c.id).collect();
+    assert_eq!(ids_now, std::slice::from_ref(&second), "the newest attempt only");
+    let next = runtime.successor(&listed[0]).await.unwrap();
+    assert_eq!(next.map(|c| (c.id, c.running)), Some((second, false)), "exited, not gone");
 }
 
 /// A runtime whose log collection takes long enough for kubelet to restart the container on

@@ -98,7 +98,7 @@ async fn runtime(cfg: &Config) -> Vec<Check> {
     let label = &cfg.runtime.worker_label;
     let listed = match rt.list_workers().await {
         Ok(w) if w.is_empty() => Check::warn("runtime", format!(
-            "{described} reachable, but no running container (or pod) carries the label `{label}`: nothing will be watched"
+            "{described} reachable, but no container (or pod) carries the label `{label}`: nothing will be watched"
         )),
         Ok(w) => {
             let names: Vec<_> = w.iter().map(|c| format!("{}={}", c.display(), c.worker)).collect();

@@ -141,5 +141,6 @@ fn current_of(list: Vec<Container>) -> Vec<Container> {
     if !live.is_empty() {
         return live;
     }
-    exited.into_iter().max_by(|a, b| a.started_at.cmp(&b.started_at)).into_iter().collect()
+    // NB: by time, not text: CRI's `attempt-10@…` sorts before `attempt-9@…` as a string.
+    exited.into_iter().max_by_key(Container::started_ms).into_iter().collect()
 }

@@ -9,6 +9,8 @@
 //!   pod. So Vigil's restart is `StopContainer` with the stop grace, and it is done when the next
 //!   attempt runs (restartPolicy Always/OnFailure). With restartPolicy Never the pod would end
 //!   instead: such pods are refused unless `runtime.allow_pod_replacement`;
+//! - a container's newest attempt speaks for it, running or not (kubelet's back-off keeps an
+//!   exited attempt until the next one); a deleted pod's sandbox is no longer ready;
 //! - container logs are files (`log_path` in the container status) in the CRI log format;
 //! - CRI has no "send a signal": the checkpoint signal goes to the container's host PID, read from
 //!   the verbose status (`info.pid`), which needs the agent in the host PID namespace (`hostPID`);
@@ -260,10 +262,32 @@ async fn within<T>(
     answer.map(tonic::Response::into_inner)
 }
 
-/// The running containers of `sandbox` (of every sandbox when it is empty).
+/// The running containers of `sandbox`.
 fn running_in(sandbox: &str) -> ContainerFilter {
     let state = Some(ContainerStateValue { state: ContainerState::ContainerRunning as i32 });
     ContainerFilter { pod_sandbox_id: sandbox.to_string(), state, ..Default::default() }
+}
+
+/// Of `listed`, what speaks for each container (sandbox and name) of a sandbox that `ready`
+/// holds: its newest attempt (the highest `attempt`, then the latest created), whatever its
+/// state, so a worker in kubelet's back-off is listed exited, not missing.
+///
+/// NB: a sandbox that is not ready is a deleted pod's: its containers are no workers that
+/// exited. An attempt created and not started yet has never run: its predecessor still speaks
+/// (a failed start is `EXITED`, not `CREATED`).
+fn newest_attempts(listed: Vec<CriContainer>, ready: impl Fn(&str) -> bool) -> Vec<CriContainer> {
+    let order = |c: &CriContainer| (c.metadata.as_ref().map_or(0, |m| m.attempt), c.created_at);
+    let created = ContainerState::ContainerCreated as i32;
+    let counts = |c: &CriContainer| c.state != created && ready(c.pod_sandbox_id.as_str());
+    let mut newest: HashMap<(String, String), CriContainer> = HashMap::new();
+    for c in listed.into_iter().filter(counts) {
+        let name = c.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
+        let key = (c.pod_sandbox_id.clone(), name);
+        if newest.get(&key).is_none_or(|kept| order(&c) > order(kept)) {
+            newest.insert(key, c);
+        }
+    }
+    newest.into_values().collect()
 }
 
 /// The last `LOG_TAIL_BYTES` of a file (from a line start), lossily decoded.
@@ -303,8 +327,11 @@ impl ContainerRuntime for CriRuntime {
         if sandboxes.is_empty() {
             return Ok(Vec::new());
         }
+        // NB: every state, as Docker's `all`: a worker whose container exited (kubelet's
+        // back-off, a `Never` pod beside a sidecar that runs on) is reported exited, not gone.
+        let listed = self.containers(ContainerFilter::default()).await?;
         let mut out = Vec::new();
-        for c in self.containers(running_in("")).await? {
+        for c in newest_attempts(listed, |id| sandboxes.contains_key(id)) {
             let Some(sb) = sandboxes.get(&c.pod_sandbox_id) else { continue };
             let name = c.metadata.as_ref().map(|m| m.name.as_str()).unwrap_or("");
             if sb.selects(name) {
@@ -376,13 +403,15 @@ impl ContainerRuntime for CriRuntime {
         }
     }
 
-    /// The running attempt of the same pod and container name, if a newer one than `c` runs.
+    /// The newest attempt of the same pod and container name, `c`'s or a later one, running or
+    /// not (as Docker's inspect: a next attempt that exited at once is no container gone).
     async fn successor(&self, c: &Container) -> Result<Option<Container>> {
         let Some(p) = &c.pod else { return self.inspect(&c.id).await };
-        let attempts = self.containers(running_in(&p.sandbox)).await?.into_iter().filter(|x| {
+        let all = ContainerFilter { pod_sandbox_id: p.sandbox.clone(), ..Default::default() };
+        let listed = self.containers(all).await?;
+        let newest = newest_attempts(listed, |_| true).into_iter().find(|x| {
             x.metadata.as_ref().is_some_and(|m| m.name == p.container && m.attempt >= p.attempt)
         });
-        let newest = attempts.max_by_key(|x| x.metadata.as_ref().map(|m| m.attempt));
         let Some(x) = newest else { return Ok(None) };
         let Some(sb) = self.sandbox(&p.sandbox).await? else { return Ok(None) };
         // NB: the same container of the same pod keeps its devices across attempts (kubelet

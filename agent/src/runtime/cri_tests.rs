@@ -16,6 +16,54 @@ fn host_pid_comes_from_the_verbose_info() {
     }
 }
 
+/// A container of `sandbox` as ListContainers gives it: attempt `attempt` of `name`, created at
+/// `created_at` (ns), in `state`.
+fn listed(
+    id: &str,
+    sandbox: &str,
+    name: &str,
+    attempt: u32,
+    created_at: i64,
+    state: ContainerState,
+) -> CriContainer {
+    CriContainer {
+        id: id.into(),
+        pod_sandbox_id: sandbox.into(),
+        metadata: Some(k8s_cri::v1::ContainerMetadata { name: name.into(), attempt }),
+        state: state as i32,
+        created_at,
+        ..Default::default()
+    }
+}
+
+/// Of each container of a ready sandbox, its newest attempt speaks, whatever its state: a worker
+/// in kubelet's back-off (its last attempt exited, the next not created yet) is listed exited,
+/// not missing. A deleted pod's containers (its sandbox not ready) never are, nor an attempt
+/// created and not started yet.
+#[test]
+fn the_newest_attempt_of_each_container_of_a_ready_sandbox_speaks_whatever_its_state() {
+    use k8s_cri::v1::ContainerState::{ContainerCreated, ContainerExited, ContainerRunning};
+    let all = vec![
+        listed("main-0", "pod-a", "main", 0, 100, ContainerExited),
+        listed("main-2", "pod-a", "main", 2, 300, ContainerExited),
+        listed("main-1", "pod-a", "main", 1, 200, ContainerExited),
+        listed("main-3", "pod-a", "main", 3, 400, ContainerCreated),
+        listed("side-0", "pod-a", "sidecar", 0, 100, ContainerRunning),
+        listed("tie-old", "pod-a", "tie", 1, 100, ContainerExited),
+        listed("tie-new", "pod-a", "tie", 1, 150, ContainerRunning),
+        listed("b-main-0", "pod-b", "main", 0, 100, ContainerRunning),
+        listed("deleted-0", "pod-deleted", "main", 5, 900, ContainerExited),
+    ];
+    // The sandboxes ListPodSandbox gives as ready: not the deleted pod's.
+    let ready: std::collections::HashSet<&str> = ["pod-a", "pod-b"].into();
+    let kept = newest_attempts(all, |sb| ready.contains(sb));
+    let mut ids: Vec<&str> = kept.iter().map(|c| c.id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["b-main-0", "main-2", "side-0", "tie-new"]);
+    let backoff = kept.iter().find(|c| c.id == "main-2").unwrap();
+    assert_eq!(backoff.state, ContainerExited as i32, "listed as it is: exited");
+}
+
 #[test]
 fn the_log_tail_starts_at_a_line() {
     let dir = std::env::temp_dir().join(format!("vigil-cri-log-{}", std::process::id()));

@@ -242,7 +242,8 @@ impl RuntimeError {
 pub trait ContainerRuntime: Send + Sync {
     /// Where the runtime lives, for logs and alerts.
     fn describe(&self) -> String;
-    /// Running containers that carry the opt-in label; nothing else is ever returned.
+    /// Containers that carry the opt-in label, running or exited (on CRI: each container's
+    /// newest attempt in a ready pod); nothing else is ever returned.
     async fn list_workers(&self) -> Result<Vec<Container>>;
     /// The container as it is now; `None` when it no longer exists.
     async fn inspect(&self, id: &str) -> Result<Option<Container>>;
