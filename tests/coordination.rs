@@ -304,6 +304,23 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     assert_eq!(c.hgetall(&k("hd")).await.unwrap().len(), 1);
     c.batch(&[hdel(&["b"]), hdel(&[])]).await.unwrap();
     assert!(c.hgetall(&k("hd")).await.unwrap().is_empty());
+
+    // Compare-and-delete of hash fields (a gang's view rid of departed members' entries): a
+    // field goes only while it holds the value read; one rewritten since stays, an absent one
+    // (or hash) is no error, and the hash goes with its last field.
+    let pair = |f: &str, v: &str| (f.to_string(), v.to_string());
+    let view = k("view");
+    c.hset(&view, &[pair("a", "1"), pair("b", "2"), pair("c", "3")], None).await.unwrap();
+    let read = [pair("a", "1"), pair("b", "2 as read"), pair("gone", "9")];
+    assert_eq!(c.hdel_if_equal(&view, &read).await.unwrap(), 1);
+    let left = c.hgetall(&view).await.unwrap();
+    assert_eq!(left.get("a"), None, "equal: deleted");
+    assert_eq!(left["b"], "2", "changed since it was read: kept");
+    assert_eq!(left["c"], "3", "not asked: kept");
+    assert_eq!(c.hdel_if_equal(&k("nohash"), &[pair("a", "1")]).await.unwrap(), 0);
+    assert_eq!(c.hdel_if_equal(&view, &[]).await.unwrap(), 0);
+    assert_eq!(c.hdel_if_equal(&view, &[pair("b", "2"), pair("c", "3")]).await.unwrap(), 2);
+    assert!(c.hgetall(&view).await.unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -64,6 +64,11 @@ impl Job {
 
     /// Rank `i` beats (working, at the job's `step` when it has one), stamped `ago` ms before now.
     async fn beat(&self, i: usize, ago: Millis) {
+        self.beat_as(i, &format!("rank-{i}"), ago).await
+    }
+
+    /// Worker `worker` on rank `i`'s node beats as a member of the job (see [`Job::beat`]).
+    async fn beat_as(&self, i: usize, worker: &str, ago: Millis) {
         let size = self.size.to_string();
         let step = self.step.map(|s| format!("step-{s}"));
         let mut fields = vec![("gang", GANG), ("gang_size", &size), ("job", "llama")];
@@ -72,7 +77,7 @@ impl Job {
         }
         write_record(
             self.store.as_ref(),
-            &self.fleet.nodes[i].keys.status(&format!("rank-{i}")),
+            &self.fleet.nodes[i].keys.status(worker),
             "processing",
             self.now() - ago,
             &fields,
@@ -592,4 +597,55 @@ async fn a_gang_restart_whose_page_claim_got_no_answer_is_still_paged_once() {
     assert!(job.fleet.blips.lock().unwrap().is_empty(), "the page was tried");
     assert_eq!(job.restarts(), vec![1, 1, 1, 1], "{:?}", job.sink.kinds());
     assert_eq!(job.sink.count(AlertKind::Restarting), 1, "{:?}", job.sink.kinds());
+}
+
+/// The members' ids in the job's view (its one shard), sorted.
+async fn view_ids(job: &Job) -> Vec<String> {
+    let shard = job.fleet.nodes[0].keys.gang_members(GANG, 0);
+    let mut ids: Vec<String> = job.store.hgetall(&shard).await.unwrap().into_keys().collect();
+    ids.sort();
+    ids
+}
+
+/// Ranks 0 and 2 and rank 1's new pod (worker `rank-1b` on gpu-1) beat; rank 2 `ago` ms before
+/// now.
+async fn beat_replaced(job: &Job, ago: Millis) {
+    job.beat(0, 0).await;
+    job.beat_as(1, "rank-1b", 0).await;
+    job.beat(2, ago).await;
+}
+
+/// A member departed for good — its pod replaced under a new name (a JobSet's restart): a new
+/// worker id on its node — leaves an entry nobody writes again, while the live members' writes
+/// keep the view's hash alive. Once that entry is twice `gone_after` old, the gang's reader
+/// removes it at its next full read (compare-and-delete); the live members' entries stay. (The
+/// old code only ignored it when read: a job restarted often grew its view without bound.)
+#[tokio::test]
+async fn a_departed_members_entry_leaves_the_view_and_the_live_ones_stay() {
+    let mut job = Job::new(3, 3, |_| {});
+    for _ in 0..4 {
+        job.beat_all().await;
+        job.tick().await;
+    }
+    assert_eq!(view_ids(&job).await, ["gpu-0/rank-0", "gpu-1/rank-1", "gpu-2/rank-2"]);
+    let departed = job.now();
+    job.fleet.nodes[1].runtime.remove("c1");
+    job.fleet.nodes[1].runtime.add("c1b", "rank-1b");
+    // Twice the view's gone_after (`policy_gang::Timing`: 9 minutes with these defaults).
+    let bound = {
+        let cfg = &job.fleet.nodes[0].cfg;
+        let silent = cfg.poll_interval * 3 + cfg.runtime.restart_timeout;
+        2 * (silent * 4).max(cfg.policy.stale_after * 2).as_millis() as Millis
+    };
+    while job.now() - departed <= bound {
+        beat_replaced(&job, 0).await;
+        job.tick().await;
+    }
+    // A healthy gang reads no view: nothing removed yet.
+    let all = ["gpu-0/rank-0", "gpu-1/rank-1", "gpu-1/rank-1b", "gpu-2/rank-2"];
+    assert_eq!(view_ids(&job).await, all);
+    // The collective stops (rank 2 first): the gang's reader reads every member's entry.
+    beat_replaced(&job, 3_000).await;
+    job.run_for(Duration::from_secs(600)).await;
+    assert_eq!(view_ids(&job).await, ["gpu-0/rank-0", "gpu-1/rank-1b", "gpu-2/rank-2"]);
 }

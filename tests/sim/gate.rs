@@ -162,6 +162,10 @@ impl Coordinator for SimCoord {
                 let store = self.store().renew_if_owner(&key, &token, ttl);
                 Reply::Done(self.around("RENEW IF OWNER", &key, true, store).await?)
             }
+            Request::HdelIfEqual { key, fields } => {
+                let store = self.store().hdel_if_equal(&key, &fields);
+                Reply::Removed(self.around("HDEL IF EQUAL", &key, true, store).await?)
+            }
             Request::IncrCapped { key, cap, ttl } => {
                 Reply::Taken(self.incr_capped(&key, cap, ttl).await?)
             }

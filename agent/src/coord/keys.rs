@@ -119,8 +119,9 @@ keys! {
     /// Fleet-wide restart budget for one window.
     pub fleet_budget(window: i64) => f "fleet:budget:{window}";
     /// One shard of a gang's fleet view (hash `<node>/<worker>` → the member's entry, JSON;
-    /// TTL refreshed by every write). The shard number is in the hash tag, so a large gang's
-    /// shards spread over Redis Cluster's slots (`crate::hang::policy_gang::shard_of`).
+    /// TTL refreshed by every write; a departed member's entry removed by the gang's reader,
+    /// `crate::hang::restart::gang_reads`). The shard number is in the hash tag, so a large
+    /// gang's shards spread over Redis Cluster's slots (`crate::hang::policy_gang::shard_of`).
     pub gang_members(gang: &str, shard: u32) => f "gang:{{{gang}#{shard}}}:members";
     /// A gang's incident `"<start_ms>:<incident_id>"`, SET NX: one per collective stop.
     pub gang_incident(gang: &str) => f "gang:{{{gang}}}:incident";

@@ -122,6 +122,10 @@ fn answer(data: &mut Data, now: Millis, request: Request) -> Reply {
             let held = owned(data, &key, &token).map(|e| e.expires = Some(now + ms(ttl)));
             Reply::Done(held.is_some())
         }
+        Request::HdelIfEqual { key, fields } => {
+            let held = |f: &String, v: &String| fields.iter().any(|p| (&p.0, &p.1) == (f, v));
+            Reply::Removed(hash_remove(data, &key, held))
+        }
         Request::IncrCapped { key, cap, ttl } => {
             Reply::Taken(incr_capped(data, now, key, cap, ttl))
         }
@@ -205,16 +209,24 @@ fn apply_op(data: &mut Data, now: Millis, op: &Op) -> Option<u64> {
             }
         }
         Op::Hdel { key, fields } => {
-            if let Some(Value::Hash(h)) = data.get_mut(key).map(|e| &mut e.value) {
-                h.retain(|f, _| !fields.contains(f));
-                if h.is_empty() {
-                    data.remove(key);
-                }
-            }
+            hash_remove(data, key, |f, _| fields.contains(f));
         }
         Op::Counter { key } => return Some(counter_of(data, key)),
     }
     None
+}
+
+/// Remove the fields of the hash at `key` that `gone` picks (the hash goes with its last field,
+/// as in Redis): how many went.
+fn hash_remove(data: &mut Data, key: &str, gone: impl Fn(&String, &String) -> bool) -> u64 {
+    let Some(Value::Hash(h)) = data.get_mut(key).map(|e| &mut e.value) else { return 0 };
+    let before = h.len();
+    h.retain(|f, v| !gone(f, &*v));
+    let removed = before - h.len();
+    if h.is_empty() {
+        data.remove(key);
+    }
+    removed as u64
 }
 
 /// The in-process coordinator failing the requests `fails` picks, unanswered and not applied:

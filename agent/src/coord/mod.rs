@@ -1,6 +1,7 @@
 //! Coordination: the primitives the safeguards are built from — the shared clock, keys with a
-//! TTL, compare-and-delete, capped counters, hashes, a node's workers read in one round trip,
-//! the decision trail — as one request type, [`Request`], run by the one method of [`Coordinator`].
+//! TTL, compare-and-delete (of a key, or of a hash's fields), capped counters, hashes, a node's
+//! workers read in one round trip, the decision trail — as one request type, [`Request`], run by
+//! the one method of [`Coordinator`].
 //!
 //! Map: `keys.rs` names every key. Two backends implement the trait: `redis.rs` (a fleet; the
 //! connection, with the commands and Lua scripts in redis/commands.rs) and `memory.rs` (one
@@ -167,6 +168,10 @@ pub enum Request {
     DelIfOwner { key: String, token: String },
     /// Compare-and-renew: `key`'s TTL set to `ttl` only if it still holds `token` (its owner's).
     RenewIfOwner { key: String, token: String, ttl: Duration },
+    /// Compare-and-delete of a hash's fields: each `(field, value)` removed only if the field
+    /// still holds `value`, atomically (one rewritten since it was read stays; the hash goes
+    /// with its last field). How many were removed.
+    HdelIfEqual { key: String, fields: Vec<(String, String)> },
     /// Increment a counter unless it already reached `cap`, atomically; the TTL is set when the
     /// counter is created. The new value, or `None` when the cap was reached.
     IncrCapped { key: String, cap: u64, ttl: Duration },
@@ -210,6 +215,8 @@ pub enum Reply {
     Ttl(Option<Millis>),
     /// `IncrCapped`.
     Taken(Option<u64>),
+    /// `HdelIfEqual`: how many fields it removed.
+    Removed(u64),
     /// `Hgetall`.
     Hash(HashMap<String, String>),
     /// `HgetallMany`.
@@ -294,6 +301,12 @@ impl<'a> dyn Coordinator + 'a {
     pub async fn renew_if_owner(&self, key: &str, token: &str, ttl: Duration) -> Result<bool> {
         let request = Request::RenewIfOwner { key: key.into(), token: token.into(), ttl };
         call!(self, request, "compare-and-renew", Reply::Done(b) => b)
+    }
+
+    /// Compare-and-delete of hash fields (see [`Request::HdelIfEqual`]): how many went.
+    pub async fn hdel_if_equal(&self, key: &str, fields: &Fields) -> Result<u64> {
+        let request = Request::HdelIfEqual { key: key.into(), fields: fields.to_vec() };
+        call!(self, request, "compare-and-delete of hash fields", Reply::Removed(n) => n)
     }
 
     pub async fn incr_capped(&self, key: &str, cap: u64, ttl: Duration) -> Result<Option<u64>> {

@@ -49,7 +49,7 @@ pub(crate) async fn views(
     let wanted: BTreeMap<String, Option<u32>> = tags.into_iter().map(|t| untag(&t)).collect();
     let mut out = Vec::new();
     for (gang, size) in wanted {
-        let members = gp::present(&read_view(coord, &keys, &gang, size).await?, now, t);
+        let members = gp::present(&read_view(coord, &keys, &gang, size, None).await?, now, t);
         let state = read_state(coord, &keys, &gang).await?;
         let verdict = gp::verdict(&members, now);
         let (first_stopped, stragglers) = match &verdict {

@@ -155,7 +155,8 @@ async fn members_of(
             // The gang's members as the fleet view has them now: every shard a gang of any size
             // may use (the size is the members' to say).
             let any_size = Some(gp::MAX_SHARDS * gp::MEMBERS_PER_SHARD);
-            let all = read_view(coord, &Keys::new(prefix, &cfg.node_name), g, any_size).await?;
+            let all =
+                read_view(coord, &Keys::new(prefix, &cfg.node_name), g, any_size, None).await?;
             let view = gp::present(&all, now, &Timing::of(cfg));
             if view.is_empty() {
                 let why = format!("gang {g} has no members in the fleet view: no agent has seen a worker of it lately (a record's `gang`, or its pod's JobSet/Job/LeaderWorkerSet labels)");

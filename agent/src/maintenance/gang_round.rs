@@ -100,7 +100,7 @@ impl Checkpointer {
     /// NB: a view that cannot be read leaves this node's own members to ask: a round of the
     /// members it knows beats no round, and it is never reported as acknowledged.
     async fn present_members(&self, gang: &Gang, now: Millis) -> (Vec<Member>, bool) {
-        match read_view(&*self.coord, &self.keys, &gang.id, gang.size).await {
+        match read_view(&*self.coord, &self.keys, &gang.id, gang.size, None).await {
             Ok(all) => (present(&all, now, &self.timing), true),
             Err(e) => {
                 tracing::warn!(gang = %gang.id, error = %e, "cannot read the gang's view: asking this node's members only");

@@ -44,6 +44,19 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[
 return 0"
 );
 
+// NB: compare and delete each field in one script: an entry its member rewrote since the caller
+// read it (a member back from a long silence) stays. ARGV: field, value, field, value, …
+static HDEL_IF_EQUAL: LazyLock<Script> = lua!(
+    r"
+local n = 0
+for i = 1, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    n = n + redis.call('HDEL', KEYS[1], ARGV[i])
+  end
+end
+return n"
+);
+
 // NB: check and increment in one script, so two agents can never both take the last unit.
 static INCR_CAPPED: LazyLock<Script> = lua!(
     r"
@@ -151,6 +164,7 @@ impl Coordinator for RedisCoordinator {
                 let args = [token, ttl.as_millis().max(1).to_string()];
                 Reply::Done(c.script::<i64>(&RENEW_IF_OWNER, &[&key], &args).await? == 1)
             }
+            Request::HdelIfEqual { key, fields } => c.hdel_if_equal(&key, fields).await?,
             Request::IncrCapped { key, cap, ttl } => {
                 let args = [cap.to_string(), px(ttl).to_string()];
                 let taken: i64 = c.script(&INCR_CAPPED, &[&key], &args).await?;
@@ -178,6 +192,16 @@ impl Coordinator for RedisCoordinator {
 }
 
 impl RedisCoordinator {
+    /// [`Request::HdelIfEqual`]: one script on one key (one slot); none asked, no round trip.
+    async fn hdel_if_equal(&self, key: &str, fields: Vec<(String, String)>) -> Result<Reply> {
+        if fields.is_empty() {
+            return Ok(Reply::Removed(0));
+        }
+        let args: Vec<String> = fields.into_iter().flat_map(|(f, v)| [f, v]).collect();
+        let removed: i64 = self.script(&HDEL_IF_EQUAL, &[key], &args).await?;
+        Ok(Reply::Removed(removed.max(0) as u64))
+    }
+
     async fn read_workers(&self, workers: &[WorkerKeys]) -> Result<NodeRead> {
         let mut keys: Vec<&str> = Vec::new();
         let mut args = vec![MAX_RECORD_FIELDS.to_string(), MAX_RECORD_BYTES.to_string()];

@@ -201,7 +201,8 @@ impl PaceWatch<'_> {
     ) -> Result<()> {
         let key = self.ctx.keys.gang_slow(&g.id);
         let mut view =
-            gang_marks::read_view(self.ctx.coord.as_ref(), &self.ctx.keys, &g.id, g.size).await?;
+            gang_marks::read_view(self.ctx.coord.as_ref(), &self.ctx.keys, &g.id, g.size, None)
+                .await?;
         super::gang_reads::with_own(&mut view, own);
         let members = present(&view, now, &Timing::of(&self.ctx.cfg));
         let named = suspect_scored(&members);

@@ -1,12 +1,14 @@
 //! A member's agent reads its gang at most once per cycle (`GangReads`, kept in the cycle's
 //! `GangCycle`), when a member takes its gang step (stale, in error or booting): the gang's
 //! state, and every member's entry only by the gang's reader for the poll interval or for a
-//! decision (read apart, fresh); the other members on this node read the cycle's copy.
+//! decision (read apart, fresh); the other members on this node read the cycle's copy. The
+//! agent that reads every member's entry also removes those of members departed for good.
 
 use crate::coord::Result;
 use crate::hang::context::Context;
 use crate::hang::model::Gang;
 use crate::hang::model_gang::{GangReads, GangState, Member, View};
+use crate::hang::policy_gang::Timing;
 
 /// The gang's members with this member as of now, in place of the entry its last batch wrote.
 pub(super) fn with_own(members: &mut Vec<Member>, own: &Member) {
@@ -42,8 +44,14 @@ impl GangReads {
         };
         let reader = fresh
             || coord.set_nx(&keys.gang_reader(&g.id), keys.node(), ctx.cfg.poll_interval).await?;
+        // NB: entries unwritten for twice `gone_after` go: every reader has ignored them for
+        // `gone_after` already (`gp::present`, the pace kept), so none still counts them a
+        // member. `own.at` is this cycle's clock: its entry is stamped with it.
+        let prune = own.at - 2 * Timing::of(&ctx.cfg).gone_after;
         let mut members = match reader {
-            true => crate::hang::gang_marks::read_view(coord, keys, &g.id, g.size).await?,
+            true => {
+                crate::hang::gang_marks::read_view(coord, keys, &g.id, g.size, Some(prune)).await?
+            }
             false => Vec::new(),
         };
         with_own(&mut members, own);
