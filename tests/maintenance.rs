@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::fakes::{FakeRuntime, RecordingNodeApi, RecordingSink};
-use common::fleet::Fleet;
+use common::fleet::{Fleet, Node};
 use common::real::{free_port, serve};
 use common::wiring::{agent_and_controller, memory_coordinator, node_config, write_record};
 use vigil::alerts::Notifier;
@@ -18,6 +18,7 @@ use vigil::config::Config;
 use vigil::coord::{Coordinator, Keys};
 use vigil::cycle::agent::Agent;
 use vigil::hang::policy::Verdict;
+use vigil::maintenance::policy::PERFORM_MAINTENANCE_LABEL;
 use vigil::maintenance::request::Outcome;
 use vigil::metrics::Metrics;
 use vigil::node::controller::{Controller, SharedFacts};
@@ -476,7 +477,8 @@ async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
         // No GPUs on these nodes: NVML is not a witness (with it on and unloaded, unknown is busy).
         cfg.gpu.enabled = vigil::config::Switch::Off;
         let keys = Keys::new("vigil", node);
-        // Every node reports healthy, and its only worker is idle.
+        // Every node reports healthy with the pool's maintenance pending on it (GCE announces a
+        // pool's maintenance to several nodes at once), and its only worker is idle.
         let rec = NodeRecord {
             node: node.into(),
             pool: "pool-a".into(),
@@ -517,26 +519,159 @@ async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
         controllers.push(c);
         apis.push(api);
     }
-    // NB: "healthy" in the fleet view excludes nodes with a maintenance notice, so mark the
-    // other nodes' records as none to leave room in the pool.
-    for node in ["n1", "n2", "n3"] {
-        let keys = Keys::new("vigil", node);
-        coord.hset(&keys.agent(), &[("maintenance".into(), "none".into())], None).await.unwrap();
-    }
+    // NB: a pending notice leaves a node serving: each node counts the two others toward
+    // min_nodes (counted out, no node of the pool ever claimed).
     for _ in 0..5 {
         for c in controllers.iter_mut() {
             c.opportunistic().await;
         }
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
-    let labelled: Vec<_> = apis
-        .iter()
-        .filter(|a| {
-            a.last().labels.get(vigil::maintenance::policy::PERFORM_MAINTENANCE_LABEL)
-                == Some(&Some("true".to_string()))
-        })
-        .collect();
+    let labelled: Vec<_> =
+        apis.iter().filter(|a| perform_label(a) == Some(Some("true".into()))).collect();
     assert_eq!(labelled.len(), 1, "exactly one node of the pool claims");
+}
+
+/// The perform-maintenance label in the Node's last write: `None` not written (left alone),
+/// `Some(None)` taken off.
+fn perform_label(api: &RecordingNodeApi) -> Option<Option<String>> {
+    api.last().labels.get(PERFORM_MAINTENANCE_LABEL).cloned()
+}
+
+/// The nodes whose Node shows the perform-maintenance label.
+fn labelled(nodes: &[Node]) -> Vec<String> {
+    let on = |n: &&Node| perform_label(&n.node_api) == Some(Some("true".into()));
+    nodes.iter().filter(on).map(|n| n.cfg.node_name.clone()).collect()
+}
+
+/// A rescheduleable maintenance, pending.
+fn pending() -> MaintenanceState {
+    MaintenanceState {
+        phase: Phase::Pending,
+        can_reschedule: true,
+        reasons: vec!["upcoming-pending"],
+        ..MaintenanceState::default()
+    }
+}
+
+/// `nodes` nodes (`gpu-0` …) of pool `pool-a` with opportunistic maintenance on (idle for a
+/// minute, no other node needed), on the fake clock, each with its controller and its worker
+/// `trainer-0` (in `c1`), whose record says `worker_state`; then `tweak`.
+async fn opportunistic_fleet(
+    nodes: usize,
+    worker_state: &str,
+    tweak: impl Fn(&mut Config) + 'static,
+) -> Fleet {
+    let fleet = Fleet::builder()
+        .nodes(nodes)
+        .controllers()
+        .without_alerts()
+        .config(move |_, c| {
+            c.fleet.pool = "pool-a".into();
+            c.opportunistic.enabled = true;
+            c.opportunistic.idle_for = Duration::from_secs(60);
+            c.opportunistic.min_nodes = 0;
+            // No GPUs, no Kubernetes: the workers' records are the idle check's only witness.
+            c.gpu.enabled = vigil::config::Switch::Off;
+            c.kubernetes.enabled = vigil::config::Switch::Off;
+            // Validation wants the shared Redis for the claim; the fleet uses the in-process store.
+            c.redis.url = "redis://127.0.0.1:1".into();
+            tweak(c);
+        })
+        .build();
+    for n in &fleet.nodes {
+        n.runtime.add("c1", "trainer-0");
+        let state = [("state".to_string(), worker_state.to_string())];
+        fleet.store.hset(&n.keys.status("trainer-0"), &state, None).await.unwrap();
+    }
+    fleet
+}
+
+/// The details of the node's `perform-maintenance` trail entries, oldest first.
+async fn claim_trail(fleet: &Fleet, node: usize) -> Vec<String> {
+    let trail = fleet.store.read_recent(&fleet.nodes[node].keys.trail(), 100).await.unwrap();
+    let claims = trail.iter().rev().filter(|(_, f)| f["decision"] == "perform-maintenance");
+    claims.map(|(_, f)| f["detail"].clone()).collect()
+}
+
+/// The claim's holder renews it every poll, so it never lapses while its label is on. Before, it
+/// lapsed after `claim_ttl` and its holder took the label off only at its next poll: a second
+/// node of the pool polling in between claimed and was labelled beside it (here at the third
+/// round: 2 h 30 min after the 2 h claim was taken).
+#[tokio::test]
+async fn the_holder_renews_its_claim_so_no_second_node_of_the_pool_claims_beside_it() {
+    let mut fleet = opportunistic_fleet(2, "idle", |_| {}).await;
+    for n in fleet.nodes.iter_mut() {
+        n.controller().apply(pending()).await;
+        // The first look: idle from now on.
+        n.controller().opportunistic().await;
+    }
+    fleet.clock.advance(Duration::from_secs(60));
+    for n in fleet.nodes.iter_mut() {
+        n.controller().opportunistic().await;
+    }
+    assert_eq!(labelled(&fleet.nodes), ["gpu-0"], "idle for idle_for: the first to look claims");
+    let claim = fleet.nodes[0].keys.maintenance_claim("pool-a");
+    for round in 1..=6 {
+        // Polls 50 minutes apart (the claim's TTL is 2 h), the other node first.
+        fleet.clock.advance(Duration::from_secs(50 * 60));
+        for i in [1, 0] {
+            fleet.nodes[i].controller().opportunistic().await;
+            assert_eq!(labelled(&fleet.nodes), ["gpu-0"], "round {round}, after gpu-{i}'s poll");
+        }
+        let held = fleet.store.get(&claim).await.unwrap().unwrap_or_default();
+        assert!(held.starts_with("gpu-0:"), "round {round}: the claim is {held:?}");
+    }
+}
+
+/// An agent restarted while its node held the pool's claim (its label still on the Node) adopts
+/// the claim, whose value names the node: it holds it, renewed, and takes the label off when the
+/// maintenance is over. Before, the new agent never looked: the claim lapsed and nobody ever
+/// took the label off.
+#[tokio::test]
+async fn a_restarted_agent_adopts_its_nodes_claim_and_takes_the_label_off_when_done() {
+    // Busy: this node would not claim now; what it holds, it adopted.
+    let mut fleet = opportunistic_fleet(1, "processing", |_| {}).await;
+    let claim = fleet.nodes[0].keys.maintenance_claim("pool-a");
+    // The claim its agent took before it restarted, ten minutes of it left.
+    let taken = fleet.store.set_nx(&claim, "gpu-0:0badcafe", Duration::from_secs(600)).await;
+    assert!(taken.unwrap());
+    fleet.nodes[0].controller().apply(pending()).await;
+    fleet.nodes[0].controller().opportunistic().await;
+    let label = perform_label(&fleet.nodes[0].node_api);
+    assert_eq!(label, Some(Some("true".into())), "adopted: the label is this agent's again");
+    // Held and renewed: still this node's past the ten minutes it had left.
+    fleet.clock.advance(Duration::from_secs(15 * 60));
+    fleet.nodes[0].controller().opportunistic().await;
+    let held = fleet.store.get(&claim).await.unwrap();
+    assert_eq!(held.as_deref(), Some("gpu-0:0badcafe"), "renewed, under its own token");
+    // The maintenance is over: the claim is released and the label taken off.
+    fleet.nodes[0].controller().apply(MaintenanceState::default()).await;
+    assert_eq!(fleet.store.get(&claim).await.unwrap(), None, "released");
+    let trail = claim_trail(&fleet, 0).await;
+    assert_eq!(trail.len(), 2, "{trail:?}");
+    assert!(trail[0].starts_with("adopted pool pool-a's claim"), "{trail:?}");
+    assert_eq!(trail[1], "maintenance done; pool claim released", "the label goes with it");
+}
+
+/// An agent that comes back after the maintenance it asked for is over (a VM stopped for its
+/// host maintenance, then started again) releases the claim its node took and takes the label
+/// off at once; a claim naming another node of the pool is left alone. Before, the claim lapsed
+/// on its own and the label stayed on the Node for good.
+#[tokio::test]
+async fn a_restarted_agent_whose_maintenance_is_over_releases_its_claim_and_label() {
+    // The metadata server's first answer is not waited for (`metadata.first_read_wait`).
+    let mut fleet =
+        opportunistic_fleet(2, "processing", |c| c.metadata.first_read_wait = Duration::ZERO).await;
+    let claim = fleet.nodes[0].keys.maintenance_claim("pool-a");
+    let taken = fleet.store.set_nx(&claim, "gpu-1:0badcafe", Duration::from_secs(600)).await;
+    assert!(taken.unwrap());
+    fleet.nodes[0].controller().opportunistic().await;
+    assert_eq!(perform_label(&fleet.nodes[0].node_api), None, "not this node's claim");
+    assert!(fleet.store.get(&claim).await.unwrap().is_some(), "another node's claim stays");
+    fleet.nodes[1].controller().opportunistic().await;
+    assert_eq!(perform_label(&fleet.nodes[1].node_api), Some(None), "the label is taken off");
+    assert_eq!(fleet.store.get(&claim).await.unwrap(), None, "and the claim released");
 }
 
 #[tokio::test]

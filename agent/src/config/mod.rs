@@ -438,9 +438,9 @@ impl Config {
             return Ok(());
         }
         let why = format!(
-            "must be at least twice poll_interval ({}): the node holding the pool's claim checks \
-             it once a poll, so a shorter claim can expire while that node is still offered for \
-             maintenance and let a second node of the pool be offered at the same time",
+            "must be at least twice poll_interval ({}): the node holding the pool's claim renews \
+             it once a poll, so a shorter claim can lapse between two renewals while that node is \
+             still offered for maintenance and let a second node of the pool be offered too",
             humantime::format_duration(least)
         );
         bad("opportunistic.claim_ttl", why)

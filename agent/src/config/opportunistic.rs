@@ -14,10 +14,12 @@ pub struct OpportunisticConfig {
     #[serde(with = "super::duration")]
     #[educe(Default(expression = Duration::from_secs(30 * 60)))]
     pub idle_for: Duration,
-    /// Other healthy nodes of the pool that must remain.
+    /// Other nodes of the pool that must remain serving (healthy, with no maintenance notice or
+    /// only a pending one).
     #[educe(Default(expression = 1))]
     pub min_nodes: u32,
-    /// The pool claim's TTL (one node of a pool at a time).
+    /// The pool claim's TTL (one node of a pool at a time), renewed by its holder every poll:
+    /// how long a claim outlives a holder that stopped renewing it.
     #[serde(with = "super::duration")]
     #[educe(Default(expression = Duration::from_secs(2 * 3600)))]
     pub(crate) claim_ttl: Duration,

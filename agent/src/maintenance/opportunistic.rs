@@ -1,7 +1,9 @@
 //! Opportunistic maintenance (opt-in): when a rescheduleable maintenance is pending, the node has
-//! been idle long enough and the pool keeps `min_nodes` other healthy nodes, take the pool's
+//! been idle long enough and the pool keeps `min_nodes` other nodes serving, take the pool's
 //! claim (atomically: two idle nodes of a pool never go together) and ask GKE to perform the
-//! maintenance now. The node controller publishes the label this asks for.
+//! maintenance now. The node controller publishes the label this asks for. The claim is renewed
+//! every poll until the maintenance is over, so it never lapses under a label that is still on,
+//! and an agent restarted while its node held it adopts it.
 //!
 //! Idle is the pure `crate::maintenance::policy_idle::idle_check` of what every witness says, gathered here:
 //! the workers' records (through the runtime and the coordinator), the kubelet's PodResources
@@ -13,6 +15,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::accel::gpu::model::GpuStatus;
 use crate::clock::{human, Millis};
 use crate::config::Config;
@@ -21,13 +25,15 @@ use crate::coord::{Coordinator, Keys};
 use crate::fleet::view as fleet;
 use crate::kube::podresources::PodResourcesClient;
 use crate::kube::pods::PodApi;
-use crate::maintenance::policy::{opportunistic_due, reschedulable};
+use crate::maintenance::policy::{
+    claim_done, claim_holder, claim_token, opportunistic_due, reschedulable, serves, still_held,
+};
 use crate::maintenance::policy_idle::{
     idle_check, Busy, BusyReason, IdleInputs, PodKey, Witness, WorkerUse,
 };
 use crate::metrics::Metrics;
 use crate::runtime::ContainerRuntime;
-use crate::vocab::maintenance::MaintenanceState;
+use crate::vocab::maintenance::{MaintenanceState, Phase};
 
 /// What a tick changed about the claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +46,15 @@ pub(crate) enum ClaimStep {
     Released(String),
 }
 
+/// The pool's claim while this node holds it.
+struct Claim {
+    key: String,
+    /// Its value ([`claim_token`]), naming this node.
+    token: String,
+    /// When Redis last confirmed it (taken, adopted or renewed).
+    renewed: Instant,
+}
+
 pub(crate) struct Opportunistic {
     cfg: Config,
     keys: Keys,
@@ -50,8 +65,13 @@ pub(crate) struct Opportunistic {
     /// The kubelet's PodResources API: the pods holding accelerator devices.
     pub(crate) kubelet: Option<Arc<PodResourcesClient>>,
     metrics: Arc<Metrics>,
-    /// The claim's token while this node holds it.
-    claimed: Option<Lease>,
+    /// The pool's claim while this node holds it.
+    claimed: Option<Claim>,
+    /// Whether Redis was asked for a claim this node took before the agent restarted (once,
+    /// when the pool is known).
+    looked_for_own: bool,
+    /// When the agent started (for [`claim_done`]).
+    started: Instant,
     /// The last idle verdict of this episode (`None`: none checked yet).
     last: Option<Busy>,
     /// A change of the verdict, for the trail (taken by the controller).
@@ -80,6 +100,8 @@ impl Opportunistic {
             kubelet: None,
             metrics,
             claimed: None,
+            looked_for_own: false,
+            started: Instant::now(),
             last: None,
             note: None,
             pool: cfg.fleet.pool.clone(),
@@ -89,9 +111,70 @@ impl Opportunistic {
 
     /// Give the claim back (the episode it was taken for is over).
     pub(crate) async fn release(&mut self, why: &str) -> ClaimStep {
-        let Some(lease) = self.claimed.take() else { return ClaimStep::Unchanged };
-        let _ = lease.release(self.coord.as_ref()).await;
+        let Some(c) = self.claimed.take() else { return ClaimStep::Unchanged };
+        let _ = self.coord.del_if_owner(&c.key, &c.token).await;
         ClaimStep::Released(why.to_string())
+    }
+
+    /// One poll of the claim this node holds: released once its maintenance is over, renewed
+    /// (compare-and-renew) until then, so that it never lapses while the label is on and a
+    /// second node of the pool claims meanwhile.
+    async fn hold(&mut self, st: &MaintenanceState) -> ClaimStep {
+        let first_read_wait = self.cfg.metadata.first_read_wait;
+        if claim_done(st.phase, self.started.elapsed(), first_read_wait) {
+            return self.release("maintenance done; pool claim released").await;
+        }
+        let Some(c) = self.claimed.as_mut() else { return ClaimStep::Unchanged };
+        let ttl = self.cfg.opportunistic.claim_ttl;
+        let renewed = self.coord.renew_if_owner(&c.key, &c.token, ttl).await.ok();
+        if renewed == Some(true) {
+            c.renewed = Instant::now();
+        }
+        if still_held(renewed, c.renewed.elapsed(), ttl, self.cfg.poll_interval) {
+            return ClaimStep::Unchanged;
+        }
+        // NB: not released: either it is no longer ours, or Redis does not answer and it
+        // lapses on its own after the label is off.
+        self.claimed = None;
+        ClaimStep::Released(match renewed {
+            Some(_) => "the pool claim expired or was taken".into(),
+            None => "Redis did not renew the pool claim: the label goes before it can lapse".into(),
+        })
+    }
+
+    /// At start (once the pool is known): a claim of this node's pool that names this node was
+    /// taken before the agent restarted, and its label is still on the Node. It is adopted —
+    /// held and renewed until its maintenance is over, as if taken now — or, when that is over
+    /// already, released; either way its label is this agent's to take off. `None`: nothing
+    /// to adopt (or Redis did not answer: asked again at the next poll).
+    ///
+    /// NB: adopted rather than released at once: the node may be in the maintenance it asked
+    /// for, and a released claim would let a second node of the pool go too.
+    async fn adopt(&mut self, st: &MaintenanceState) -> Option<ClaimStep> {
+        let key = self.keys.maintenance_claim(&self.pool);
+        let value = self.coord.get(&key).await.ok()?;
+        self.looked_for_own = true;
+        let token = value.filter(|v| claim_holder(v) == Some(self.cfg.node_name.as_str()))?;
+        let c = Claim { key, token, renewed: Instant::now() };
+        if claim_done(st.phase, self.started.elapsed(), self.cfg.metadata.first_read_wait) {
+            self.claimed = Some(c);
+            let why = "the pool claim taken before the agent restarted is released: its maintenance is over";
+            return Some(self.release(why).await);
+        }
+        // Compare-and-renew: a claim that lapsed since it was read is no longer this node's.
+        let ttl = self.cfg.opportunistic.claim_ttl;
+        let renewed = self.coord.renew_if_owner(&c.key, &c.token, ttl).await;
+        match renewed {
+            Ok(true) => self.claimed = Some(c),
+            Ok(false) => return None,
+            Err(_) => {
+                self.looked_for_own = false;
+                return None;
+            }
+        }
+        let pool = &self.pool;
+        let detail = format!("adopted pool {pool}'s claim, taken by this node before the agent restarted: held until the maintenance is over");
+        Some(ClaimStep::Claimed(detail))
     }
 
     /// One tick of the opportunistic rule for the current maintenance state; `gpus` is NVML as
@@ -104,13 +187,8 @@ impl Opportunistic {
         if !self.cfg.opportunistic.enabled {
             return ClaimStep::Unchanged;
         }
-        if let Some(lease) = &self.claimed {
-            // The claim is a Redis key with a TTL: if it expired (or was taken), this node no
-            // longer speaks for the pool, and its label must go.
-            if let Ok(None) = lease.left(self.coord.as_ref()).await {
-                return self.release("the pool claim expired or was taken").await;
-            }
-            return ClaimStep::Unchanged;
+        if self.claimed.is_some() {
+            return self.hold(st).await;
         }
         if self.pool.is_empty() {
             // NB: no pool, no claim: before the first read of the Node (or on a Node without
@@ -120,6 +198,11 @@ impl Opportunistic {
                 self.said_no_pool = true;
             }
             return ClaimStep::Unchanged;
+        }
+        if !self.looked_for_own {
+            if let Some(step) = self.adopt(st).await {
+                return step;
+            }
         }
         if !reschedulable(st) {
             // A stale idle-since from an earlier episode must not skip `idle_for` next time.
@@ -138,7 +221,7 @@ impl Opportunistic {
         if now - since < crate::clock::ms(self.cfg.opportunistic.idle_for) {
             return ClaimStep::Unchanged;
         }
-        let Some(others) = self.others_healthy().await else { return ClaimStep::Unchanged };
+        let Some(others) = self.others_serving().await else { return ClaimStep::Unchanged };
         if !opportunistic_due(&self.cfg.opportunistic, now, since, others) {
             return ClaimStep::Unchanged;
         }
@@ -240,24 +323,30 @@ impl Opportunistic {
         self.last = Some(busy);
     }
 
-    /// Healthy nodes of this node's pool, this one left out.
-    async fn others_healthy(&self) -> Option<usize> {
+    /// The nodes of this node's pool that count toward `min_nodes` ([`serves`]), this one left
+    /// out.
+    async fn others_serving(&self) -> Option<usize> {
         let (views, _) = fleet::read(self.coord.as_ref(), &self.cfg.redis.key_prefix).await.ok()?;
-        let others = views.iter().filter(|v| v.node != self.cfg.node_name);
-        let same_pool = others.filter(|v| v.record.as_ref().is_some_and(|r| r.pool == self.pool));
-        Some(same_pool.filter(|v| v.health == "healthy").count())
+        let others = views.into_iter().filter(|v| v.node != self.cfg.node_name);
+        let same_pool = others.filter_map(|v| v.record).filter(|r| r.pool == self.pool);
+        // The fleet view's health of the record with its notice left out: `serves` judges that.
+        let none = || Phase::None.as_str().to_string();
+        let health = |r: &fleet::NodeRecord| {
+            fleet::health(Some(&fleet::NodeRecord { maintenance: none(), ..r.clone() }))
+        };
+        Some(same_pool.filter(|r| serves(&r.maintenance, health(r))).count())
     }
 
     async fn claim(&mut self, idle: Millis, others: usize) -> ClaimStep {
         // NB: the claim is atomic (SET NX): two idle nodes of a pool never go together.
-        let token = format!("{}:{:08x}", self.cfg.node_name, rand::random::<u32>());
+        let token = claim_token(&self.cfg.node_name, rand::random::<u32>());
         let key = self.keys.maintenance_claim(&self.pool);
         let ttl = self.cfg.opportunistic.claim_ttl;
-        let taken = Lease::take(self.coord.as_ref(), key, token, ttl).await;
-        let Ok(Some(lease)) = taken else { return ClaimStep::Unchanged };
-        self.claimed = Some(lease);
+        let taken = Lease::take(self.coord.as_ref(), key.clone(), token.clone(), ttl).await;
+        let Ok(Some(_)) = taken else { return ClaimStep::Unchanged };
+        self.claimed = Some(Claim { key, token, renewed: Instant::now() });
         let (idle_time, pool) = (human(idle), &self.pool);
-        let detail = format!("idle {idle_time} with {others} other healthy node(s) in pool {pool}: asking GKE to perform the maintenance now");
+        let detail = format!("idle {idle_time} with {others} other node(s) of pool {pool} serving: asking GKE to perform the maintenance now");
         ClaimStep::Claimed(detail)
     }
 }

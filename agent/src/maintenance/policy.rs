@@ -83,14 +83,64 @@ pub(crate) fn reschedulable(st: &MaintenanceState) -> bool {
 }
 
 /// Whether an idle node may take the pool's claim: idle since `idle_since` for `idle_for`, with
-/// at least `min_nodes` other healthy nodes left in the pool.
+/// at least `min_nodes` other nodes of the pool still serving ([`serves`]).
 pub(crate) fn opportunistic_due(
     o: &OpportunisticConfig,
     now: Millis,
     idle_since: Millis,
-    others_healthy: usize,
+    others_serving: usize,
 ) -> bool {
-    now - idle_since >= ms(o.idle_for) && others_healthy >= o.min_nodes as usize
+    now - idle_since >= ms(o.idle_for) && others_serving >= o.min_nodes as usize
+}
+
+/// Whether another node of the pool counts toward `min_nodes`: its record's `maintenance` is
+/// `none` or `pending`, and `health` — the fleet view's health of that record with the notice
+/// left out (`crate::fleet::view::health`) — is `healthy`: a live heartbeat, no worker last seen
+/// hung, errored or unreachable, its GPU not failed, its runtime listing its workers.
+///
+/// NB: a node with a *pending* notice still serves: GCE announces a pool's maintenance to
+/// several nodes at once, and counting them out let no node of the pool claim. An ongoing or
+/// terminating one is subtracted. The node holding the claim needs no subtracting: while it
+/// holds it, no other node can take it.
+pub(crate) fn serves(maintenance: &str, health: &str) -> bool {
+    let notice_serves = [Phase::None, Phase::Pending].iter().any(|&p| p.as_str() == maintenance);
+    notice_serves && health == "healthy"
+}
+
+/// A pool claim's value: the claiming node, and a nonce so that each claim is a new token.
+pub(crate) fn claim_token(node: &str, nonce: u32) -> String {
+    format!("{node}:{nonce:08x}")
+}
+
+/// The node a pool claim's value names ([`claim_token`]); `None` for a value of no claim.
+pub(crate) fn claim_holder(value: &str) -> Option<&str> {
+    value.rsplit_once(':').map(|(node, _)| node)
+}
+
+/// Whether the maintenance a held claim was taken for is over, after the agent has run for
+/// `running_for`: the phase is back to none.
+///
+/// NB: an agent that has just started reads phase none until the metadata server first answers,
+/// so a claim it adopted (taken before it restarted) is not released on that before
+/// `metadata.first_read_wait`, the bound restarts wait for the same first answer.
+pub(crate) fn claim_done(phase: Phase, running_for: Duration, first_read_wait: Duration) -> bool {
+    phase == Phase::None && running_for >= first_read_wait
+}
+
+/// Whether the holder keeps its claim (and its label) after this poll's compare-and-renew:
+/// `renewed` is Redis's answer (`None`: none came), `unrenewed_for` the time since the last
+/// renewal Redis confirmed.
+///
+/// NB: a renewal that got no answer may not have happened, and the claim then lapses
+/// `claim_ttl` after the last one that did, when another node of the pool may take it: the
+/// label goes while that still leaves this poll and the next (a late tick, the Node's write).
+pub(crate) fn still_held(
+    renewed: Option<bool>,
+    unrenewed_for: Duration,
+    claim_ttl: Duration,
+    poll: Duration,
+) -> bool {
+    renewed.unwrap_or(unrenewed_for + poll * 2 < claim_ttl)
 }
 
 /// The Vigil-owned Node fields for a maintenance state (pure).

@@ -142,6 +142,64 @@ fn opportunistic_needs_idle_time_and_spare_nodes() {
 }
 
 #[test]
+fn a_pending_notice_alone_leaves_a_node_serving_for_min_nodes() {
+    // The record's maintenance, its health with the notice left out → counts toward min_nodes.
+    #[rustfmt::skip]
+    let table = [
+        ("none",        "healthy",   true),
+        // GCE's rolling maintenance: the other nodes of the pool have a notice pending too.
+        ("pending",     "healthy",   true),
+        ("ongoing",     "healthy",   false),
+        ("terminating", "healthy",   false),
+        ("pending",     "unhealthy", false),
+        ("none",        "unhealthy", false),
+        // Its runtime cannot list its workers: never counted healthy.
+        ("pending",     "unknown",   false),
+        ("none",        "unknown",   false),
+    ];
+    for (maintenance, health, counts) in table {
+        assert_eq!(serves(maintenance, health), counts, "{maintenance} {health}");
+    }
+}
+
+#[test]
+fn a_claim_names_its_node() {
+    let token = claim_token("gpu-1", 0xbad);
+    assert_eq!(token, "gpu-1:00000bad");
+    assert_eq!(claim_holder(&token), Some("gpu-1"));
+    assert_eq!(claim_holder("gpu-10:00000bad"), Some("gpu-10"));
+    assert_eq!(claim_holder("no-nonce"), None);
+}
+
+#[test]
+fn a_held_claim_is_done_when_the_phase_is_none_once_the_metadata_could_have_answered() {
+    let wait = Duration::from_secs(30);
+    let at = Duration::from_secs;
+    assert!(claim_done(Phase::None, at(30), wait));
+    // Just started: none may be "not read yet", not "over".
+    assert!(!claim_done(Phase::None, at(29), wait));
+    for phase in [Phase::Pending, Phase::Ongoing, Phase::Terminating] {
+        assert!(!claim_done(phase, at(3600), wait), "{phase:?}");
+    }
+}
+
+#[test]
+fn a_holder_keeps_its_claim_while_renewed_and_drops_its_label_before_it_can_lapse() {
+    let ttl = Duration::from_secs(120);
+    let poll = Duration::from_secs(15);
+    let at = Duration::from_secs;
+    assert!(still_held(Some(true), at(0), ttl, poll));
+    // Expired or someone else's: the label goes at once.
+    assert!(!still_held(Some(false), at(0), ttl, poll));
+    // No answer: kept while the last confirmed renewal covers this poll and the next.
+    assert!(still_held(None, at(15), ttl, poll));
+    assert!(still_held(None, at(89), ttl, poll));
+    assert!(!still_held(None, at(90), ttl, poll));
+    // The shortest claim allowed (2 polls): the first unanswered renewal drops the label.
+    assert!(!still_held(None, poll, poll * 2, poll));
+}
+
+#[test]
 fn interruptions_count_once_per_episode() {
     assert!(interruption_starts(Phase::None, Phase::Terminating));
     assert!(interruption_starts(Phase::Pending, Phase::Ongoing));
