@@ -10,6 +10,7 @@ filled in). Exits 1 with one line per problem.
 """
 
 import os
+import re
 import sys
 import tomllib
 
@@ -79,6 +80,17 @@ if wapi.get("listen"):
     check(len(p) == 1 and p[0]["containerPort"] == int(wport)
           and (pod.get("hostNetwork") or p[0].get("hostPort") == int(wport)),
           f"the DaemonSet names its worker-api port {wport}, on the node's IP (hostPort or hostNetwork)")
+
+# The pod's grace period outlasts checkpoint.grace (the kubelet's SIGKILL must not cut the agent's
+# checkpoint round; the agent exits 1 s before the grace). Durations as `vigil config check`
+# prints them (humantime: "1m 30s").
+UNITS = {"year": 31557600, "years": 31557600, "month": 2630016, "months": 2630016, "day": 86400,
+         "days": 86400, "h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+grace = cfg["checkpoint"]["grace"]
+pod_grace = pod.get("terminationGracePeriodSeconds", 30)  # Kubernetes' default
+check(pod_grace > sum(int(n) * UNITS[u] for n, u in re.findall(r"(\d+)([a-z]+)", grace)),
+      f"terminationGracePeriodSeconds {pod_grace} does not exceed checkpoint.grace {grace}: the "
+      f"agent's checkpoint round at SIGTERM would be cut by SIGKILL (set it to the grace plus 5 s)")
 
 # The image: set through kustomize `images:` (name `vigil`) by every overlay, never a moving tag.
 image = c["image"]

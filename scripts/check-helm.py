@@ -3,7 +3,8 @@ helm-python-sdk): lint it strictly (no warning), render it for every documented 
 and check that each rendering is the matching kustomize overlay's objects — one source of truth
 checked both ways: the overlays are what `kubectl apply -k` users get, the chart what Helm users
 get, and this fails the moment the two drift. Also: a bad value fails with Helm's schema error,
-and `helm upgrade` with the same values changes nothing (the rendering is deterministic).
+and `helm upgrade` with the same values changes nothing (the rendering is deterministic), and the
+DaemonSet's grace period outlasts checkpoint.grace, with the defaults and with a user's own.
 
     check-helm.py OUT_DIR VIGIL_BINARY
 
@@ -26,6 +27,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import tomllib
 
 import helm_python
 import yaml
@@ -59,6 +61,9 @@ BAD_VALUES = [
     ({"ports": {"metrics": 70000}}, "/ports/metrics"),
     ({"monitoring": {"interval": "soon"}}, "/monitoring/interval"),
 ]
+# checkpoint.grace as the agent reads it (`vigil config check`), and in seconds: the chart's
+# default, and a user's own.
+GRACES = [({}, "30s", 30), ({"config": {"checkpoint": {"grace": "90s"}}}, "1m 30s", 90)]
 
 
 def merge(base, over):
@@ -196,6 +201,23 @@ def compare(overlay, files, vigil, out_dir, component=None, extra=None):
     return problems, len(chart)
 
 
+def grace_problems(vigil):
+    """The DaemonSet's grace period outlasts the checkpoint.grace its vigil.toml gives the agent,
+    which exits 1 s before that grace: a SIGKILL must not cut the agent's checkpoint round."""
+    problems = []
+    for extra, shown, secs in GRACES:
+        docs = render(values_of([], extra))
+        pod = next(d for d in docs if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+        toml = next(d["data"]["vigil.toml"] for d in docs if d["kind"] == "ConfigMap")
+        got = tomllib.loads(effective(vigil, toml).partition("\n")[2])["checkpoint"]["grace"]
+        pod_grace = pod.get("terminationGracePeriodSeconds")
+        if got != shown or not isinstance(pod_grace, int) or pod_grace <= secs:
+            problems.append(f"with {extra or 'the defaults'}: checkpoint.grace is {got!r} (want "
+                            f"{shown!r}, {secs} s), terminationGracePeriodSeconds {pod_grace}: it "
+                            f"must exceed the grace")
+    return problems
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -227,9 +249,11 @@ def main():
         except helm_python.HelmError as e:
             if where not in str(e):
                 problems.append(f"the bad value {bad}: Helm's error does not name {where}: {e}")
+    problems += grace_problems(vigil)
     # What the schema cannot say, the templates refuse with a sentence.
     for bad, says in [({"runtime": {"kind": "docker"}}, "socketGroup"),
-                      ({"accelerator": "nvidia"}, "platform: gke")]:
+                      ({"accelerator": "nvidia"}, "platform: gke"),
+                      ({"config": {"checkpoint": {"grace": "2d"}}}, "config.checkpoint.grace")]:
         try:
             render(bad)
             problems.append(f"{bad} was rendered without an error")
@@ -241,7 +265,8 @@ def main():
     if problems:
         sys.exit(1)
     print(f"check-helm: lint clean; {len(DOCUMENTED) + len(WITH_COMPONENT)} documented values "
-          f"sets render their overlays' {total} objects; {len(BAD_VALUES) + 2} bad values refused")
+          f"sets render their overlays' {total} objects; {len(BAD_VALUES) + 3} bad values refused; "
+          f"the pod's grace outlasts checkpoint.grace ({len(GRACES)} values sets)")
 
 
 if __name__ == "__main__":

@@ -324,7 +324,12 @@ async fn the_node_a_slow_gang_waits_for_shows_vigil_slow_and_its_opted_in_taint(
     g.run(0.7, 90, rank_2_slow, true).await;
     g.run(0.7, 30, rank_2_slow, false).await;
     let shown = g.slow_nodes().await;
-    assert_eq!((shown[2].0.as_str(), shown[2].2.as_str()), ("True", "NoSchedule"), "{}", shown[2].1);
+    assert_eq!(
+        (shown[2].0.as_str(), shown[2].2.as_str()),
+        ("True", "NoSchedule"),
+        "{}",
+        shown[2].1
+    );
     let events = g.fleet.nodes[2].node_api.reasons();
     assert_eq!(events.iter().filter(|r| *r == "VigilSlow").count(), 1, "{events:?}");
     // Back at its pace: the condition False again; the taint held for taint_for (a replacement
@@ -382,6 +387,26 @@ async fn no_execute_needs_the_node_s_own_signal_beside_the_job_s_records() {
         assert!(shown[2].1.contains(what), "{what}: {}", shown[2].1);
     }
     assert_eq!(g.restarts(), 0);
+}
+
+/// An accepted SIGHUP is written once in the trail (`config-reloaded`): the keys that changed
+/// and those kept until a restart, by name only (never the new Redis URL's password).
+#[tokio::test]
+async fn a_reload_is_in_the_trail_once_naming_its_keys() {
+    let mut g = Gang::new(true);
+    let running = g.fleet.nodes[2].cfg.clone();
+    let (reload, rx) = tokio::sync::watch::channel(running.clone());
+    let agent = g.fleet.nodes[2].agents.remove(0).with_reload(rx);
+    g.fleet.nodes[2].agents.insert(0, agent);
+    let mut new = vigil::config::Config { dry_run: true, ..running };
+    new.redis.url = "redis://:s3cret@redis.example:6379".into();
+    reload.send_replace(new);
+    g.run(1.0, 3 * POLL.as_secs(), even, false).await;
+    let trail = g.fleet.store.read_recent(&g.fleet.nodes[2].keys.trail(), 1000).await.unwrap();
+    let got: Vec<_> = trail.iter().filter(|(_, f)| f["decision"] == "config-reloaded").collect();
+    assert_eq!(got.len(), 1, "once per reload: {trail:?}");
+    let want = "config reloaded: changed dry_run; kept until a restart: redis.url";
+    assert_eq!(got[0].1["detail"], want);
 }
 
 /// The fake NVML behind the real monitor thread: node 2's GPU starts retrying its PCIe link and

@@ -13,7 +13,7 @@ use crate::accel::tpu::model::TpuReport;
 use crate::alerts::alertmanager::AlertmanagerSink;
 use crate::alerts::{AlertSink, Fanout, Notifier, WebhookSink};
 use crate::clock::SystemClock;
-use crate::config::{Config, LogFormat, Switch, WorkerAuth};
+use crate::config::{Config, LogFormat, ProcessEnv, Switch, WorkerAuth};
 use crate::coord::memory::MemoryCoordinator;
 use crate::coord::redis::RedisCoordinator;
 use crate::coord::Coordinator;
@@ -46,10 +46,8 @@ use signals::{install_signals, Signals};
 const DRILL_EXPORT_EVERY: Duration = Duration::from_secs(60);
 
 fn init_logging(cfg: &Config) {
-    use tracing_subscriber::{fmt, EnvFilter};
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&cfg.log.level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    use tracing_subscriber::fmt;
+    let (filter, set_aside) = cfg.log.filter(&ProcessEnv);
     // NB: colour only for a person at a terminal; a log file or a journal gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none();
@@ -59,6 +57,14 @@ fn init_logging(cfg: &Config) {
     } else {
         builder.try_init()
     };
+    // The first log line; on stderr alone where the filter in use drops warnings (`error`).
+    if let Some(why) = set_aside {
+        if tracing::enabled!(tracing::Level::WARN) {
+            tracing::warn!("{why}");
+        } else {
+            eprintln!("vigil: warning: {why}");
+        }
+    }
 }
 
 /// Why `vigil run` could not start, or did not drain in time, worded for the operator (the CLI

@@ -141,7 +141,8 @@ pub struct CheckpointConfig {
     #[serde(with = "super::duration")]
     #[educe(Default(expression = Duration::from_secs(50)))]
     pub maintenance_budget: Duration,
-    /// The pod's termination grace period; the agent exits before it ends.
+    /// How long the agent may take after its SIGTERM: at most the pod's termination grace period
+    /// (the Helm chart sets it to this + 5 s); the agent exits 1 s before it ends.
     #[serde(with = "super::duration")]
     #[educe(Default(expression = Duration::from_secs(30)))]
     pub grace: Duration,

@@ -241,14 +241,8 @@ impl Agent {
         let started = Instant::now();
         let mut report = CycleReport::default();
         self.health.beat().await;
-        // A SIGHUP's configuration (see `reload::merge`: some keys keep their running values).
-        let reloaded = reload::take(&mut self.reload);
-        if let Some(cfg) = reloaded.and_then(|new| reload::merge(&self.ctx.cfg, new)) {
-            self.ctx.metrics.cycle.set_dry_run(cfg.dry_run);
-            self.journal.trail.dry_run = cfg.dry_run;
-            self.dry_run.send_replace(cfg.dry_run);
-            tracing::info!(dry_run = cfg.dry_run, "config reloaded");
-            self.ctx.cfg = cfg;
+        if let Some(new) = reload::take(&mut self.reload) {
+            self.apply_reload(new).await;
         }
         if let Some(rx) = &self.watch.gpu {
             self.gpu = rx.borrow().clone();
@@ -269,6 +263,25 @@ impl Agent {
             }
         }
         report
+    }
+
+    /// A SIGHUP's configuration merged in (see `reload::merge`: some keys keep their running
+    /// values), and written once in the trail: the keys that changed, those kept until a restart.
+    async fn apply_reload(&mut self, new: Config) {
+        let file = new.clone();
+        let Some(cfg) = reload::merge(&self.ctx.cfg, new) else { return };
+        let detail = reload_detail(&self.ctx.cfg, &cfg, &file);
+        self.ctx.metrics.cycle.set_dry_run(cfg.dry_run);
+        self.journal.trail.dry_run = cfg.dry_run;
+        self.dry_run.send_replace(cfg.dry_run);
+        tracing::info!(dry_run = cfg.dry_run, "config reloaded");
+        self.ctx.cfg = cfg;
+        // NB: as `announce`: without the coordinator, the log lines stand alone.
+        let Ok(now) = self.ctx.coord.time().await else { return };
+        let about = About::worker("-", Verdict::Healthy);
+        if let Err(e) = self.journal.note(now, about, Code::ConfigReloaded, detail).await {
+            tracing::warn!(error = %e, "config-reloaded not stored in the trail");
+        }
     }
 
     /// The runtime is down: the node's record goes out all the same, its node-level facts
@@ -488,6 +501,44 @@ impl Agent {
         let detail = format!("agent {version} started (dry_run={dry_run})");
         let about = About::worker("-", Verdict::Healthy);
         let _ = self.journal.note(now, about, Code::AgentStarted, detail).await;
+    }
+}
+
+/// The `config-reloaded` detail: the keys whose running values changed (`old` → `merged`), and
+/// those the file changed that keep their running values until a restart (`merged` → `file`).
+/// NB: key names only, compared as serialized: a secret serializes redacted
+/// (`crate::redact::Secret`), so no value of one reaches the trail; a change to a secret's hidden
+/// part alone (a password; every secret's key is kept until a restart) is named as such.
+fn reload_detail(old: &Config, merged: &Config, file: &Config) -> String {
+    let keys = |a: &Config, b: &Config| {
+        let mut out = Vec::new();
+        if let (Ok(a), Ok(b)) = (serde_json::to_value(a), serde_json::to_value(b)) {
+            changed_keys("", &a, &b, &mut out);
+        }
+        out
+    };
+    let changed = keys(old, merged);
+    let mut kept = keys(merged, file);
+    if kept.is_empty() && merged != file {
+        kept.push("a secret's hidden part".into());
+    }
+    let list = |k: &[String]| if k.is_empty() { "none".to_string() } else { k.join(", ") };
+    format!("config reloaded: changed {}; kept until a restart: {}", list(&changed), list(&kept))
+}
+
+/// The dotted keys under `path` whose values differ between `a` and `b`, into `out`.
+fn changed_keys(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+    use serde_json::Value::{Null, Object};
+    let (Object(x), Object(y)) = (a, b) else {
+        if a != b {
+            out.push(path.to_string());
+        }
+        return;
+    };
+    let names: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+    for name in names {
+        let key = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
+        changed_keys(&key, x.get(name).unwrap_or(&Null), y.get(name).unwrap_or(&Null), out);
     }
 }
 

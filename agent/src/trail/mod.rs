@@ -84,7 +84,8 @@ pub enum Code {
     PerformMaintenance,
     /// Opportunistic maintenance: the idle check's verdict changed (idle, or why not).
     IdleCheck,
-    /// The configuration was reloaded.
+    /// A SIGHUP's configuration was accepted: the keys that changed, and those kept until a
+    /// restart (names only, never a value).
     ConfigReloaded,
     /// The node's GPU health changed.
     GpuHealth,

@@ -73,3 +73,25 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $merged := mergeOverwrite $c (deepCopy ($v.config | default dict)) }}
 {{- include "vigil.tomlTable" (dict "prefix" "" "table" $merged) }}
 {{- end -}}
+
+{{/* checkpoint.grace as vigil.toml carries it (the agent's default, 30s, where config sets none), in
+whole seconds rounded up: the DaemonSet's grace period is it plus a margin. Helm parses no
+duration, so the forms it takes are hours, minutes, seconds and milliseconds ("90s", "1m 30s"). */}}
+{{- define "vigil.graceSeconds" -}}
+{{- $grace := dig "checkpoint" "grace" "30s" ($.Values.config | default dict) | default "30s" | toString -}}
+{{- if not (regexMatch `^\s*([0-9]+\s*(h|hr|hours?|m|min|minutes?|s|sec|seconds?|ms|msec)\s*)+$` $grace) }}
+{{- fail (printf "config.checkpoint.grace %q: the chart sizes the pod's grace period from it and reads hours, minutes, seconds and milliseconds only (90s, 1m 30s, 2m)" $grace) }}
+{{- end }}
+{{- $ms := 0 }}
+{{- range regexFindAll `[0-9]+\s*[a-z]+` $grace -1 }}
+{{- $n := regexFind `^[0-9]+` . | atoi }}
+{{- $unit := regexFind `[a-z]+$` . }}
+{{- $per := 1000 }}
+{{- if hasPrefix "h" $unit }}{{ $per = 3600000 }}
+{{- else if or (eq $unit "ms") (eq $unit "msec") }}{{ $per = 1 }}
+{{- else if hasPrefix "m" $unit }}{{ $per = 60000 }}
+{{- end }}
+{{- $ms = add $ms (mul $n $per) }}
+{{- end -}}
+{{- div (add $ms 999) 1000 -}}
+{{- end -}}
