@@ -472,20 +472,81 @@ async fn breaker_resets_at_midnight_utc() {
     assert_ne!(utc_day(w.now()), day);
 }
 
+/// Logs that cannot be read hold a hung worker's restart back for two polls from their first
+/// failure (their retries, no breaker unit used), then the restart goes ahead without them, its
+/// page saying why: a hung worker is never left hung for a page's log tail. One `logs-failed` page
+/// and one trail entry for the incident, not one per cycle.
 #[tokio::test]
-async fn scenario_e_failed_log_collection_does_not_consume_the_breaker() {
+async fn scenario_e_logs_that_cannot_be_read_hold_the_restart_back_two_polls_then_not_at_all() {
     let mut w = World::new(|_| {});
     w.runtime.fail_logs(true);
     w.beat("trainer-0", "processing", "step-1").await;
-    w.run_until(Duration::from_secs(400)).await;
-    assert_eq!(w.runtime.restarts("c1"), 0);
+    // Due at 330 s: the logs fail there and at 345 s.
+    w.run_until(Duration::from_secs(345)).await;
+    assert_eq!(w.runtime.restarts("c1"), 0, "the logs get their retries");
     assert_eq!(w.breaker().await, 0, "breaker untouched");
-    assert_eq!(w.sink.count(AlertKind::LogsFailed), 1);
     assert!(w.get(&w.keys.lock()).await.is_none(), "lock released");
+    let aborted = |d: &[String]| d.iter().filter(|x| *x == "aborted-logs-failed").count();
+    let d = w.decisions().await;
+    assert_eq!(aborted(&d), 1, "once per incident, not per cycle: {d:?}");
+    let failed = w.sink.of(AlertKind::LogsFailed);
+    assert_eq!(failed.len(), 1);
+    let said = &failed[0].detail;
+    assert!(said.contains("without the logs once they have failed for 30s"), "{said}");
+    w.tick().await; // 360 s: two polls after the first failure
+    assert_eq!(w.runtime.restarts("c1"), 1, "restarted without its logs");
+    assert_eq!(w.breaker().await, 1);
+    let restarting = w.sink.of(AlertKind::Restarting);
+    assert_eq!(restarting.len(), 1, "{:?}", w.sink.kinds());
+    assert_eq!(restarting[0].logs, None);
+    let said = &restarting[0].detail;
+    assert!(
+        said.contains("without its logs: they could not be read for 30s")
+            && said.contains("log driver none"),
+        "says the logs could not be read, and why: {said}"
+    );
+    let d = w.decisions().await;
+    assert_eq!(aborted(&d), 1, "{d:?}");
+    assert!(d.contains(&"restarted".to_string()), "{d:?}");
+    assert_eq!(w.sink.count(AlertKind::LogsFailed), 1);
+}
+
+/// Logs that come back before the bound are attached as ever: the failure held the restart back
+/// one cycle and no longer.
+#[tokio::test]
+async fn logs_readable_again_before_the_bound_go_with_the_restart() {
+    let mut w = World::new(|_| {});
+    w.runtime.fail_logs(true);
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_until(Duration::from_secs(330)).await;
+    assert_eq!(w.runtime.restarts("c1"), 0);
     w.runtime.fail_logs(false);
     w.tick().await;
     assert_eq!(w.runtime.restarts("c1"), 1, "retried on the next cycle");
     assert_eq!(w.breaker().await, 1);
+    let restarting = w.sink.of(AlertKind::Restarting);
+    assert!(restarting[0].logs.as_deref().unwrap().contains("step 42"));
+}
+
+/// The bound is the incident's: a restart that failed after its logs did is retried after its
+/// backoff without waiting for the logs again, and the trail still says the failure once.
+#[tokio::test]
+async fn a_retry_does_not_wait_again_for_logs_that_failed_past_the_bound() {
+    let mut w = World::new(|_| {});
+    w.runtime.fail_logs(true);
+    w.runtime.fail_next_restarts(1);
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_until(Duration::from_secs(360)).await;
+    assert_eq!(w.sink.count(AlertKind::RestartFailed), 1, "{:?}", w.sink.kinds());
+    // One stop grace (30 s) later, at 390 s.
+    w.tick().await;
+    w.tick().await;
+    assert_eq!(w.runtime.restarts("c1"), 1, "retried without the logs: {:?}", w.sink.kinds());
+    let restarting = w.sink.of(AlertKind::Restarting);
+    assert_eq!(restarting.len(), 2, "the released dedup key lets the retry alert");
+    assert!(restarting.iter().all(|a| a.logs.is_none() && a.detail.contains("without its logs")));
+    let d = w.decisions().await;
+    assert_eq!(d.iter().filter(|x| *x == "aborted-logs-failed").count(), 1, "{d:?}");
 }
 
 #[tokio::test]

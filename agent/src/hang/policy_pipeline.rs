@@ -36,7 +36,9 @@ pub(crate) enum Step {
     Peek,
     /// The node lock: one restart at a time on a node.
     Lock,
-    /// The container's last lines, then the restart alert with them (once per incident).
+    /// The container's last lines, then the restart alert with them (once per incident). Logs
+    /// that cannot be read refuse (`LogsFailed`) for two polls from their first failure, then
+    /// pass: the alert goes without them (`crate::hang::restart`'s `before_command`).
     Logs,
     /// The verdict again from a fresh record, marks and clock; the node's state; the incarnation.
     Revalidate,
@@ -73,6 +75,8 @@ pub(crate) enum Skip {
     NotRunning,
     Cancelled(Cancel),
     NodeState,
+    /// The container's logs could not be read, for less than two polls since their first
+    /// failure in the incident: the restart waits for them (past that, it goes without them).
     LogsFailed,
     NotRestartable,
     /// Another instance's restart of this incident failed after our decision: the retry

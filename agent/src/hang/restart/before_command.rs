@@ -18,6 +18,13 @@ use crate::vocab::workload::{Remediation, Stops};
 use super::pipeline::Pipeline;
 use super::{short, GangOrder};
 
+/// How long the logs of an incident may fail before its restart goes ahead without them, in
+/// polls from the first failed read: a passing hiccup of the runtime gets its retries (with
+/// cycles on time, the third try restarts), while logs that are never readable (a log driver
+/// `none`, a lost log file) do not leave a hung worker hung, burning its accelerators, for a
+/// page's log tail. NB: never on the first failure, whatever the cycles' pace.
+const LOGS_PATIENCE_POLLS: u32 = 2;
+
 impl Pipeline<'_> {
     /// Whether the worker is ours and the runtime's to restart: an `alert-only` worker's
     /// restarts belong to its owner, and nothing of the pipeline runs for it (no lock, no caps).
@@ -92,37 +99,60 @@ impl Pipeline<'_> {
     }
 
     /// The container's last lines, then the restart (or would-restart) page with them, once per
-    /// incident. Logs first: a pass that fails here must not consume the breaker. A gang
-    /// member's restart has no page of its own (the gang's `restarting` page went out with its
-    /// decision). When collection fails there is no restart this cycle (and no budget is
-    /// consumed): a `logs-failed` page and a skip.
+    /// incident. Logs first: a pass that fails here must not consume the breaker. When collection
+    /// fails the pass stops here (no budget consumed): a `logs-failed` page and a skip in the
+    /// trail, once per incident; from [`LOGS_PATIENCE_POLLS`] polls after the incident's first
+    /// failed read, the restart goes ahead without them, its page saying why. The logs are only
+    /// the page's contents: every other gate stands.
     pub(super) async fn logs_and_alert(&mut self) -> Result<Seen> {
-        let act = self.act;
-        let (d, c) = (&self.ctx.cfg.runtime, act.case.c);
-        let call = tokio::time::timeout(d.log_timeout, self.ctx.runtime.logs(&c.id, d.log_lines));
+        let (ctx, act) = (self.ctx, self.act);
+        let (d, c) = (&ctx.cfg.runtime, act.case.c);
+        let call = tokio::time::timeout(d.log_timeout, ctx.runtime.logs(&c.id, d.log_lines));
         let why = match call.await {
-            Ok(Ok(_)) if act.order.is_some() => return Ok(Seen::Pass),
-            Ok(Ok(logs)) => {
-                let (kind, verb) = match self.ctx.cfg.dry_run {
-                    true => (AlertKind::WouldRestart, "would restart"),
-                    false => (AlertKind::Restarting, "restarting"),
-                };
-                let detail = format!("{verb} container {} ({})", c.name, short(&c.id));
-                let mut alert = self.pager.act_alert(kind, act, self.now, detail);
-                alert.logs = Some(logs);
-                self.pager.page_incident(act, "restart", alert, self.now).await?;
-                return Ok(Seen::Pass);
-            }
+            Ok(Ok(logs)) => return self.restart_page(Ok(logs)).await,
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {}", humantime::format_duration(d.log_timeout)),
         };
-        self.ctx.metrics.backends.runtime_error();
-        let detail = format!("log collection failed ({why}); restart not attempted, retrying next cycle; breaker not consumed");
+        ctx.metrics.backends.runtime_error();
+        // NB: the incident's `logs-failed` page claim (`<ms>:<instance>`) says when its logs
+        // first failed, alike for every instance and after an agent's restart: no mark of its own.
+        let key = ctx.keys.alert_dedup(&act.inc.id, "logs-failed");
+        let first = ctx.coord.get(&key).await?.and_then(|v| Stamp::parse(&v)).map(|s| s.at);
+        let patience = ms(ctx.cfg.poll_interval * LOGS_PATIENCE_POLLS);
+        if let Some(at) = first.filter(|&at| self.now - at >= patience) {
+            let unread = format!("they could not be read for {} ({why})", human(self.now - at));
+            return self.restart_page(Err(unread)).await;
+        }
+        let wait = human(patience);
+        let detail = format!("log collection failed ({why}); restart not attempted: tried again each cycle, and done without the logs once they have failed for {wait}; breaker not consumed");
         let since = Some(act.since);
         let alert = self.pager.alert_for(AlertKind::LogsFailed, act.case, since, self.now, detail);
         self.pager.page_incident(act, "logs-failed", alert, self.now).await?;
-        let detail = format!("log collection failed: {why}");
-        self.skip(Skip::LogsFailed, detail, false).await
+        let detail = format!("log collection failed: {why}; the restart waits for them until they have failed for {wait}, then goes ahead without them");
+        self.skip(Skip::LogsFailed, detail, true).await
+    }
+
+    /// The restart (or would-restart) page, once per incident: with the logs read, or saying why
+    /// they could not be (`Err`). A gang member's restart has no page of its own (the gang's
+    /// `restarting` page went out with its decision).
+    async fn restart_page(&mut self, logs: Result<String, String>) -> Result<Seen> {
+        let act = self.act;
+        if act.order.is_some() {
+            return Ok(Seen::Pass);
+        }
+        let (kind, verb) = match self.ctx.cfg.dry_run {
+            true => (AlertKind::WouldRestart, "would restart"),
+            false => (AlertKind::Restarting, "restarting"),
+        };
+        let c = act.case.c;
+        let mut detail = format!("{verb} container {} ({})", c.name, short(&c.id));
+        if let Err(unread) = &logs {
+            detail = format!("{detail} without its logs: {unread}");
+        }
+        let mut alert = self.pager.act_alert(kind, act, self.now, detail);
+        alert.logs = logs.ok();
+        self.pager.page_incident(act, "restart", alert, self.now).await?;
+        Ok(Seen::Pass)
     }
 
     /// Revalidate at the last moment, from fresh data and a fresh clock; then the node's state
