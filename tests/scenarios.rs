@@ -1291,6 +1291,41 @@ async fn restarts_that_bring_no_progress_stop_after_two_and_page_once() {
     assert!(hung_until_restarts(&mut w, 3, mins(8)).await, "the next hang is restarted");
 }
 
+/// A run of fruitless restarts is its job's: a new job started under the same worker id (its
+/// record names another `job`), from step 0 within the run's week, is restarted when it hangs —
+/// before, it was refused at once, paged as "no progress past step 100" of the old job.
+#[tokio::test]
+async fn a_new_job_under_the_same_worker_id_is_not_refused_for_the_old_job_s_run() {
+    let mut w = World::new(|_| {});
+    w.beat("trainer-0", "processing", "step-100").await;
+    assert!(hung_until_restarts(&mut w, 1, mins(8)).await);
+    trains(&mut w, 90, 100).await;
+    assert!(hung_until_restarts(&mut w, 2, mins(8)).await);
+    trains(&mut w, 90, 100).await;
+    w.run_for(mins(40)).await;
+    assert_eq!(w.runtime.restarts("c1"), 2, "the old job's third restart refused");
+    assert_eq!(w.sink.count(AlertKind::Fruitless), 1);
+    // Another job starts in the same container name: step 0 on, then it hangs at step 20.
+    for step in 0..=20 {
+        let (key, now) = (w.keys.status("trainer-0"), w.now());
+        let progress = format!("step-{step}");
+        write_record(
+            w.store.as_ref(),
+            &key,
+            "processing",
+            now,
+            &[("job", "job-8"), ("progress", &progress)],
+        )
+        .await;
+        w.tick().await;
+    }
+    assert!(w.get(&w.keys.fruitless("trainer-0")).await.is_none(), "the old job's run is over");
+    assert!(hung_until_restarts(&mut w, 3, mins(8)).await, "the new job's hang is restarted");
+    assert_eq!(w.sink.count(AlertKind::Fruitless), 1, "{:?}", w.sink.kinds());
+    let run = w.get(&w.keys.fruitless("trainer-0")).await.expect("the new job's run");
+    assert!(run.ends_with(":20:job-8"), "{run}");
+}
+
 /// The fleet simulation's seed 171192 (this sweep): a restart that ran, but that the
 /// agent saw fail (its reply lost, the runtime then unreachable for the check), while in the
 /// slow runtime's window — past the claim's line, the lock's TTL — the old incarnation beat

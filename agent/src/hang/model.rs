@@ -253,7 +253,8 @@ pub(crate) struct Marks {
 }
 
 /// Restarts in a row that did not help (`crate::hang::policy_fruitless`), stored as
-/// `<count>:<since_ms>:<last_ms>:<past>` (`past` `-` when the worker's progress is no number).
+/// `<count>:<since_ms>:<last_ms>:<past>[:<job>]` (`past` `-` when the worker's progress is no
+/// number; `job` when its record named one).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Fruitless {
     pub(crate) count: u32,
@@ -264,22 +265,28 @@ pub(crate) struct Fruitless {
     /// The furthest the worker had got when it stopped (its numeric progress or checkpoint
     /// step), when it publishes a number.
     pub(crate) past: Option<u64>,
+    /// The `job` its record named at the run's restarts: a record naming another is a new job
+    /// under the same worker id, which this run says nothing of.
+    pub(crate) job: Option<String>,
 }
 
 impl Fruitless {
     pub(crate) fn encode(&self) -> String {
         let past = self.past.map_or("-".to_string(), |p| p.to_string());
-        format!("{}:{}:{}:{past}", self.count, self.since, self.last)
+        let job = self.job.as_ref().map_or(String::new(), |j| format!(":{j}"));
+        format!("{}:{}:{}:{past}{job}", self.count, self.since, self.last)
     }
 
     pub(crate) fn decode(text: &str) -> Option<Fruitless> {
-        let mut it = text.split(':');
+        // NB: five parts at most: a job name may hold `:` (an older agent reads four).
+        let mut it = text.splitn(5, ':');
         let count = it.next()?.parse().ok()?;
         let (since, last) = (it.next()?.parse().ok()?, it.next()?.parse().ok()?);
         // `-`: no number; anything else that is not one: no run.
         let past =
             Some(it.next()?).filter(|p| *p != "-").map(str::parse::<u64>).transpose().ok()?;
-        Some(Fruitless { count, since, last, past })
+        let job = it.next().map(str::to_string);
+        Some(Fruitless { count, since, last, past, job })
     }
 }
 

@@ -15,7 +15,7 @@ use crate::config::PolicyConfig;
 pub use crate::hang::model::Verdict;
 use crate::hang::model::{Episode, Fruitless, Marks, WorkerState, WorkerStatus};
 use crate::hang::policy_due::retry_open;
-use crate::hang::policy_fruitless::{progressed, Beat};
+use crate::hang::policy_fruitless::{progressed, same_job, Beat};
 use crate::hang::policy_record::{heartbeat_from_future, is_stale, watched, MAX_FUTURE};
 
 /// Who acts on a verdict; its message is the action column of `vigil policy`
@@ -188,8 +188,8 @@ pub(crate) enum Effect {
     ClearIncident(TimerEnd),
     /// The worker recovered after our restart: forget the restart (and its escalation).
     ForgetRestart,
-    /// The worker got past where it stopped: its run of fruitless restarts is over
-    /// (`crate::hang::policy_fruitless`).
+    /// The worker got past where it stopped, or its record names another job: its run of
+    /// fruitless restarts is over (`crate::hang::policy_fruitless`).
     ClearFruitless,
     /// An alert-only condition ended.
     CloseEpisode(Episode),
@@ -248,7 +248,9 @@ pub(crate) fn plan(
     }
     // NB: not while our restart boots: until its first beat after the verification, the
     // record may still be the old incarnation's (beats between the claim and the command).
-    let moved = |f: &Fruitless| progressed(f, Beat::of_worker(status).as_slice());
+    // A record of another job ends the run too: the run was the old job's.
+    let moved =
+        |f: &Fruitless| progressed(f, Beat::of_worker(status).as_slice()) || !same_job(f, status);
     if !marks.cooldown && marks.fruitless.as_ref().is_some_and(moved) {
         fx.push(Effect::ClearFruitless);
     }

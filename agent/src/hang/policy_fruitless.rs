@@ -3,7 +3,8 @@
 //! `checkpoint_step`. `policy.max_fruitless_restarts` restarts in a row without that stop
 //! restarting it (one page says so); the next progress past that point resets the count. A
 //! worker that publishes no step gets past by any beat of its new incarnation (a restarted
-//! worker that never beats again is still caught).
+//! worker that never beats again is still caught). A record naming another `job` than the run's
+//! is a new job under the same worker id: the run is not its.
 
 use crate::clock::{rfc3339, Millis};
 use crate::hang::model::{Fruitless, WorkerState, WorkerStatus};
@@ -108,8 +109,19 @@ pub(crate) fn after_restart(run: Option<&Fruitless>, beats: &[Beat], now: Millis
     let old = |b: &&Beat| b.after.is_some_and(|a| b.at.is_none_or(|hb| hb <= a));
     let here = beats.iter().filter(|b| !old(b)).filter_map(|b| b.step).max();
     match run.filter(|f| !progressed(f, beats)) {
-        Some(f) => Fruitless { count: f.count + 1, last: now, past: f.past.max(here), ..*f },
-        None => Fruitless { count: 1, since: now, last: now, past: here },
+        Some(f) => Fruitless { count: f.count + 1, last: now, past: f.past.max(here), ..f.clone() },
+        None => Fruitless { count: 1, since: now, last: now, past: here, job: None },
+    }
+}
+
+/// Whether a worker's run is its record's job's: not when both name a job and the names differ
+/// (a new job started from step 0 under the same worker id would be refused at once, paged as
+/// the old job's). A job that names a fresh `job` at each of its attempts is never refused by
+/// its run: the breaker still bounds it.
+pub(crate) fn same_job(f: &Fruitless, status: Option<&WorkerStatus>) -> bool {
+    match (&f.job, status.and_then(|s| s.job.as_ref())) {
+        (Some(run), Some(now)) => run == now,
+        _ => true,
     }
 }
 
@@ -229,7 +241,7 @@ mod tests {
 
     #[test]
     fn without_a_step_any_beat_of_the_new_incarnation_is_progress() {
-        let f = Fruitless { count: 2, since: 1_000, last: 3_000, past: None };
+        let f = Fruitless { count: 2, since: 1_000, last: 3_000, past: None, job: None };
         let mut warm = status("warmup", None);
         warm.heartbeat = Some(2_500);
         assert!(blocks(&marks(Some(f.clone()), 0), Some(&warm), 2), "no beat since");
@@ -285,7 +297,7 @@ mod tests {
 
     #[test]
     fn a_gang_that_publishes_no_step_progresses_by_any_beat_after_its_restart() {
-        let f = Fruitless { count: 2, since: 1_000, last: 3_000, past: None };
+        let f = Fruitless { count: 2, since: 1_000, last: 3_000, past: None, job: None };
         assert!(gang_refusal(Some(&f), &[member("a", 2_900, None)], 2).is_some());
         assert!(gang_refusal(Some(&f), &[member("a", 2_900, None), member("b", 3_100, None)], 2)
             .is_none());
@@ -301,7 +313,7 @@ mod tests {
     /// do, and other members' beats are judged by the run's line alone.
     #[test]
     fn a_members_beats_up_to_its_own_line_are_no_progress() {
-        let run = Fruitless { count: 1, since: 1_000, last: 1_000, past: Some(41_200) };
+        let run = Fruitless { count: 1, since: 1_000, last: 1_000, past: Some(41_200), job: None };
         let mut slow = member("a", 1_030, Some(41_201));
         slow.line = Some(1_090);
         assert!(!gang_progressed(&run, &[slow.clone()]), "the old incarnation's");
@@ -314,7 +326,7 @@ mod tests {
         let mut other = member("b", 1_030, Some(41_201));
         other.line = Some(500);
         assert!(gang_progressed(&run, &[other]));
-        let stale = Fruitless { last: 2_000, ..run };
+        let stale = Fruitless { last: 2_000, ..run.clone() };
         assert!(!gang_progressed(&stale, &[slow.clone()]), "the run's line still holds");
         // Nor is its step where the gang stopped, at the next decision.
         slow.heartbeat = Some(1_030);
@@ -323,12 +335,33 @@ mod tests {
         assert_eq!((next.count, next.past), (2, Some(41_200)));
     }
 
+    /// A run is its job's: a record naming another `job` is not refused by it (nor by a run
+    /// of no job, nor when the record names none: unknown is the same job); the job is kept
+    /// through the stored form, `:` and all, and an older agent's form reads as no job.
+    #[test]
+    fn a_run_is_its_job_s() {
+        let run = Fruitless { count: 2, since: 1_000, last: 3_000, past: Some(100), job: None };
+        let of = |job: &str| Fruitless { job: Some(job.into()), ..run.clone() };
+        let mut s = status("step-0", None);
+        assert!(same_job(&run, Some(&s)) && same_job(&of("ml:run-7"), Some(&s)));
+        s.job = Some("ml:run-8".into());
+        assert!(!same_job(&of("ml:run-7"), Some(&s)), "another job");
+        assert!(same_job(&of("ml:run-8"), Some(&s)) && same_job(&run, Some(&s)));
+        assert!(same_job(&of("ml:run-7"), None));
+        assert_eq!(Fruitless::decode(&of("ml:run-7").encode()), Some(of("ml:run-7")));
+        assert_eq!(of("ml:run-7").encode(), "2:1000:3000:100:ml:run-7");
+        assert_eq!(Fruitless::decode("2:1000:3000:100"), Some(run.clone()));
+        // The next restart of a run keeps its job.
+        let next = after_restart(Some(&of("j")), &[], 4_000);
+        assert_eq!((next.count, next.job.as_deref()), (3, Some("j")));
+    }
+
     /// One rule set, one difference: past its step, a gang member's beat in error is progress
     /// (the collective trained on, then failed as a whole); a worker's is not — its old
     /// incarnation may beat in error past the step before a slow command (seed 179499).
     #[test]
     fn past_the_step_an_error_beat_ends_a_gang_s_run_but_not_a_worker_s() {
-        let run = Fruitless { count: 2, since: 1_000, last: 3_000, past: Some(41_200) };
+        let run = Fruitless { count: 2, since: 1_000, last: 3_000, past: Some(41_200), job: None };
         let m = marks(Some(run.clone()), 0);
         let mut failed_on = status("step-41300", None);
         failed_on.heartbeat = Some(3_500);

@@ -39,7 +39,9 @@ impl Pipeline<'_> {
         }
         // NB: not a gang member's: its restart is the gang's, and one member left out would
         // break the job's rendezvous (a gang's run is judged as the gang's).
-        let (run, beats) = (act.case.marks.fruitless.as_ref(), Beat::of_worker(act.case.status));
+        let run = act.case.marks.fruitless.as_ref();
+        let run = run.filter(|f| policy_fruitless::same_job(f, act.case.status));
+        let beats = Beat::of_worker(act.case.status);
         let max = self.ctx.cfg.policy.max_fruitless_restarts;
         let refusing = policy_fruitless::refusal(run, beats.as_slice(), max);
         if let (None, Some(run)) = (act.order, refusing) {

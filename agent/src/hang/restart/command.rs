@@ -282,10 +282,13 @@ impl Pipeline<'_> {
         let line = self.now + ms(self.ctx.cfg.safety.lock_ttl);
         let (key, value) = match act.order {
             None => {
+                let status = act.case.status;
                 let before = act.case.marks.fruitless.as_ref();
-                let beats = Beat::of_worker(act.case.status);
+                let before = before.filter(|f| policy_fruitless::same_job(f, status));
+                let beats = Beat::of_worker(status);
                 let mut run = policy_fruitless::after_restart(before, beats.as_slice(), self.now);
                 run.last = line;
+                run.job = status.and_then(|s| s.job.clone()).or(run.job);
                 (k.fruitless(w), run.encode())
             }
             Some(_) => (k.gang_line(w), line.to_string()),
