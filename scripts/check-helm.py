@@ -215,6 +215,14 @@ def grace_problems(vigil):
             problems.append(f"with {extra or 'the defaults'}: checkpoint.grace is {got!r} (want "
                             f"{shown!r}, {secs} s), terminationGracePeriodSeconds {pod_grace}: it "
                             f"must exceed the grace")
+    # An older chart's value (its default 30, kept by `helm upgrade --reuse-values`) renders,
+    # and only ever lengthens the period.
+    for set_, want in [(30, 35), (120, 120)]:
+        docs = render(values_of([], {"terminationGracePeriodSeconds": set_}))
+        pod = next(d for d in docs if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+        if pod.get("terminationGracePeriodSeconds") != want:
+            problems.append(f"terminationGracePeriodSeconds: {set_}: the pod's grace period is "
+                            f"{pod.get('terminationGracePeriodSeconds')}, want {want}")
     return problems
 
 

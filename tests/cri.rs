@@ -250,6 +250,34 @@ async fn exit_3(runtime: &CriRuntime, kubelet: &Kubelet, pod: &Pod, id: &str) {
     panic!("{id} did not exit: {:?}", kubelet.containers(pod).await);
 }
 
+/// A container that exited 0 is done, not a worker that stopped: an init container that ran
+/// (its pod's worker not started yet), a Job's worker that succeeded. Its pod's sandbox stays
+/// ready a while, and listed exited it was an `exited` alert at every such pod's start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_that_exited_0_is_done_and_not_listed() {
+    let ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    let labels = [("vigil.worker", WORKER)];
+    let main = "while true; do sleep 1; done";
+    let pod =
+        kubelet.run_pod("starting", &labels, &[], &[("fetch", "exit 0"), ("main", main)]).await;
+    let runtime = kubelet_runtime(&ctd);
+    let mut fetched = None;
+    for _ in 0..100 {
+        fetched = kubelet.containers(&pod).await.into_iter().find(|c| c.1 == "fetch" && !c.3);
+        if fetched.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let fetched = fetched.expect("fetch exits");
+    assert_eq!(kubelet.exit(&fetched.0).await.0, 0);
+    let (main_id, _) = kubelet.running(&pod, "main").await.expect("main runs");
+    let listed: Vec<_> =
+        runtime.list_workers().await.unwrap().into_iter().map(|c| (c.id, c.running)).collect();
+    assert_eq!(listed, [(main_id, true)], "the completed container is not listed");
+}
+
 /// A worker whose container exited and is not started again (kubelet's back-off, a `Never`
 /// pod) is listed exited, not missing: its `exited` page is sent, and its open pages are not
 /// resolved as if it were gone. Of a container with several attempts, the newest alone is

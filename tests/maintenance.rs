@@ -478,12 +478,14 @@ async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
         cfg.gpu.enabled = vigil::config::Switch::Off;
         let keys = Keys::new("vigil", node);
         // Every node reports healthy with the pool's maintenance pending on it (GCE announces a
-        // pool's maintenance to several nodes at once), and its only worker is idle.
+        // pool's maintenance to several nodes at once), its window days away, and its only
+        // worker is idle.
         let rec = NodeRecord {
             node: node.into(),
             pool: "pool-a".into(),
             slice: String::new(),
             maintenance: "pending".into(),
+            maintenance_window: Some(now + 3 * 86_400_000),
             gpu: "unknown".into(),
             workers: Default::default(),
             places: Default::default(),
@@ -519,8 +521,8 @@ async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
         controllers.push(c);
         apis.push(api);
     }
-    // NB: a pending notice leaves a node serving: each node counts the two others toward
-    // min_nodes (counted out, no node of the pool ever claimed).
+    // NB: a pending notice whose window is days away leaves a node serving: each node counts the
+    // two others toward min_nodes (counted out, no node of the pool ever claimed).
     for _ in 0..5 {
         for c in controllers.iter_mut() {
             c.opportunistic().await;
@@ -597,7 +599,9 @@ async fn claim_trail(fleet: &Fleet, node: usize) -> Vec<String> {
 /// The claim's holder renews it every poll, so it never lapses while its label is on. Before, it
 /// lapsed after `claim_ttl` and its holder took the label off only at its next poll: a second
 /// node of the pool polling in between claimed and was labelled beside it (here at the third
-/// round: 2 h 30 min after the 2 h claim was taken).
+/// round: 2 h 30 min after the 2 h claim was taken). A holder whose maintenance never starts
+/// gives the claim back itself after `claim_ttl`, label off, and the next node takes its turn;
+/// one whose maintenance is under way holds it to the end.
 #[tokio::test]
 async fn the_holder_renews_its_claim_so_no_second_node_of_the_pool_claims_beside_it() {
     let mut fleet = opportunistic_fleet(2, "idle", |_| {}).await;
@@ -612,15 +616,30 @@ async fn the_holder_renews_its_claim_so_no_second_node_of_the_pool_claims_beside
     }
     assert_eq!(labelled(&fleet.nodes), ["gpu-0"], "idle for idle_for: the first to look claims");
     let claim = fleet.nodes[0].keys.maintenance_claim("pool-a");
-    for round in 1..=6 {
+    let mut seen = Vec::new();
+    for round in 1..=4 {
         // Polls 50 minutes apart (the claim's TTL is 2 h), the other node first.
         fleet.clock.advance(Duration::from_secs(50 * 60));
         for i in [1, 0] {
             fleet.nodes[i].controller().opportunistic().await;
-            assert_eq!(labelled(&fleet.nodes), ["gpu-0"], "round {round}, after gpu-{i}'s poll");
+            let now = labelled(&fleet.nodes);
+            assert!(now.len() <= 1, "round {round}, after gpu-{i}'s poll: {now:?}");
+            seen.push(now.join(","));
         }
+    }
+    // Held and renewed past its first TTL; given back at the third round (2 h 30 min: GKE never
+    // started it), then gpu-1's turn.
+    assert_eq!(seen, ["gpu-0", "gpu-0", "gpu-0", "gpu-0", "gpu-0", "", "gpu-1", "gpu-1"]);
+    let trail = claim_trail(&fleet, 0).await;
+    assert!(trail.last().unwrap().contains("did not start within"), "{trail:?}");
+    // gpu-1's maintenance gets under way: it holds the claim however long it lasts.
+    let ongoing = MaintenanceState { phase: Phase::Ongoing, ..pending() };
+    fleet.nodes[1].controller().apply(ongoing).await;
+    for round in 1..=4 {
+        fleet.clock.advance(Duration::from_secs(50 * 60));
+        fleet.nodes[1].controller().opportunistic().await;
         let held = fleet.store.get(&claim).await.unwrap().unwrap_or_default();
-        assert!(held.starts_with("gpu-0:"), "round {round}: the claim is {held:?}");
+        assert!(held.starts_with("gpu-1:"), "round {round}: the claim is {held:?}");
     }
 }
 

@@ -1258,6 +1258,17 @@ async fn trains(w: &mut World, from: u64, to: u64) {
     }
 }
 
+/// The worker hangs at step 100, is restarted, resumes from step 90 and hangs at 100 again,
+/// twice; then 40 minutes pass (a third restart would have come).
+async fn twice_restarted_without_progress(w: &mut World) {
+    w.beat("trainer-0", "processing", "step-100").await;
+    assert!(hung_until_restarts(w, 1, mins(8)).await);
+    trains(w, 90, 100).await;
+    assert!(hung_until_restarts(w, 2, mins(8)).await);
+    trains(w, 90, 100).await;
+    w.run_for(mins(40)).await;
+}
+
 /// Issue 31: a worker that resumes from its checkpoint and hangs again at the same step is not
 /// restarted a third time: two restarts brought no progress past step 100, one page says so
 /// (and the trail), the breaker keeps its last unit. Progress past step 100 ends the run, and
@@ -1265,12 +1276,7 @@ async fn trains(w: &mut World, from: u64, to: u64) {
 #[tokio::test]
 async fn restarts_that_bring_no_progress_stop_after_two_and_page_once() {
     let mut w = World::new(|_| {});
-    w.beat("trainer-0", "processing", "step-100").await;
-    assert!(hung_until_restarts(&mut w, 1, mins(8)).await);
-    trains(&mut w, 90, 100).await;
-    assert!(hung_until_restarts(&mut w, 2, mins(8)).await);
-    trains(&mut w, 90, 100).await;
-    w.run_for(mins(40)).await;
+    twice_restarted_without_progress(&mut w).await;
     assert_eq!(w.runtime.restarts("c1"), 2, "no third restart that cannot help");
     assert_eq!(w.breaker().await, 2, "the breaker's last unit is kept");
     let pages = w.sink.of(AlertKind::Fruitless);
@@ -1297,12 +1303,7 @@ async fn restarts_that_bring_no_progress_stop_after_two_and_page_once() {
 #[tokio::test]
 async fn a_new_job_under_the_same_worker_id_is_not_refused_for_the_old_job_s_run() {
     let mut w = World::new(|_| {});
-    w.beat("trainer-0", "processing", "step-100").await;
-    assert!(hung_until_restarts(&mut w, 1, mins(8)).await);
-    trains(&mut w, 90, 100).await;
-    assert!(hung_until_restarts(&mut w, 2, mins(8)).await);
-    trains(&mut w, 90, 100).await;
-    w.run_for(mins(40)).await;
+    twice_restarted_without_progress(&mut w).await;
     assert_eq!(w.runtime.restarts("c1"), 2, "the old job's third restart refused");
     assert_eq!(w.sink.count(AlertKind::Fruitless), 1);
     // Another job starts in the same container name: step 0 on, then it hangs at step 20.

@@ -293,7 +293,8 @@ pub struct BeatArgs {
     /// watched like processing): 1-64 characters of [A-Za-z0-9._-].
     #[arg(long, required_unless_present_any = ["checkpoint_ack", "grace"], value_parser = state_word)]
     pub(crate) state: Option<String>,
-    /// What the worker is working on.
+    /// What the worker is working on: the job, not one attempt of it (a new job starts its
+    /// run of fruitless restarts over).
     #[arg(long)]
     pub(crate) job: Option<String>,
     /// The distributed job this worker is one member of (every rank of it, on every node,

@@ -415,6 +415,9 @@ impl Agent {
         let evidence = gpu_policy::evidence(&self.gpu, gpus, now_mono, &self.ctx.cfg.gpu);
         let mut slow = crate::accel::gpu::policy_slow::slow_signals(&self.gpu, gpus);
         slow.extend(host.iter().cloned());
+        let xids = self.ctx.cfg.gpu.xid_overrides();
+        let machine_slow = crate::accel::gpu::policy_slow::machine_slow(&self.gpu, gpus, &xids)
+            || self.host.stolen();
         let (rhythm, pace) = self.kept.entry(c.worker.clone()).or_default();
         let mut path = RestartPath {
             ctx: &self.ctx,
@@ -427,6 +430,7 @@ impl Agent {
             gangs: &mut self.cycle.gangs,
             rhythm,
             slow_signals: &slow,
+            machine_slow,
             pace,
         };
         path.evaluate(c, read).await

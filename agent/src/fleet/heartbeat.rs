@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::accel::gpu::model::GpuReport;
-use crate::clock::{ticked, Millis};
+use crate::clock::{parse_rfc3339, ticked, Millis};
 use crate::coord::caps::Caps;
 use crate::coord::{CoordError, Coordinator, Keys, Op};
 use crate::fleet::view::{self as fleet, publish, NodeRecord, Upkeep};
@@ -98,6 +98,7 @@ impl Cycle {
             tpu_topology: topology.to_string(),
             maintenance: maintenance.phase.as_str().to_string(),
             maintenance_source: maintenance.sources_str(),
+            maintenance_window: maintenance.window_start.as_deref().and_then(parse_rfc3339),
             gpu: if gpu.monitoring() { gpu.node.as_str().into() } else { "unknown".into() },
             runtime_down: None,
             workers: self.verdicts.clone(),

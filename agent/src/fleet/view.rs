@@ -38,6 +38,8 @@ pub struct NodeRecord {
     /// Which sources report the maintenance: `metadata`, `node-labels`,
     /// `metadata+node-labels`; empty when none does.
     pub maintenance_source: String,
+    /// When the scheduled maintenance's window starts (ms since the epoch), when one is known.
+    pub maintenance_window: Option<Millis>,
     /// GPU health: healthy, degraded, failed, or unknown (no NVML).
     pub gpu: String,
     /// Since when the container runtime cannot list the workers (the coordinator's clock: the
@@ -89,6 +91,7 @@ impl NodeRecord {
             accelerator: get("accelerator"),
             tpu_topology: get("tpu_topology"),
             maintenance_source: get("maintenance_source"),
+            maintenance_window: get("maintenance_window").parse().ok(),
             maintenance: f.get("maintenance").cloned().unwrap_or_else(|| "none".into()),
             gpu: f.get("gpu").cloned().unwrap_or_else(|| "unknown".into()),
             runtime_down: get("runtime_down").parse().ok(),

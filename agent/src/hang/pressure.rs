@@ -47,6 +47,12 @@ impl HostPressure {
         HostPressure { root: root.into(), mark: None, steal: None }
     }
 
+    /// Whether the hypervisor steals the host's CPU time (as the last [`HostPressure::signals`]
+    /// measured it): the one host signal no workload on the host causes.
+    pub(crate) fn stolen(&self) -> bool {
+        self.steal.is_some_and(|s| s >= STEAL)
+    }
+
     /// What of the host slows its workers down now (`now`: the cycle's clock), e.g.
     /// `host CPU pressure 31 % (PSI some avg60)`.
     pub(crate) fn signals(&mut self, now: Millis) -> Vec<String> {

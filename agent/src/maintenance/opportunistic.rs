@@ -53,6 +53,14 @@ struct Claim {
     token: String,
     /// When Redis last confirmed it (taken, adopted or renewed).
     renewed: Instant,
+    /// When this agent took or adopted it (the coordinator's clock).
+    taken: Millis,
+}
+
+impl Claim {
+    fn new(key: String, token: String, taken: Millis) -> Claim {
+        Claim { key, token, renewed: Instant::now(), taken }
+    }
 }
 
 pub(crate) struct Opportunistic {
@@ -67,9 +75,6 @@ pub(crate) struct Opportunistic {
     metrics: Arc<Metrics>,
     /// The pool's claim while this node holds it.
     claimed: Option<Claim>,
-    /// Whether Redis was asked for a claim this node took before the agent restarted (once,
-    /// when the pool is known).
-    looked_for_own: bool,
     /// When the agent started (for [`claim_done`]).
     started: Instant,
     /// The last idle verdict of this episode (`None`: none checked yet).
@@ -100,7 +105,6 @@ impl Opportunistic {
             kubelet: None,
             metrics,
             claimed: None,
-            looked_for_own: false,
             started: Instant::now(),
             last: None,
             note: None,
@@ -124,8 +128,15 @@ impl Opportunistic {
         if claim_done(st.phase, self.started.elapsed(), first_read_wait) {
             return self.release("maintenance done; pool claim released").await;
         }
-        let Some(c) = self.claimed.as_mut() else { return ClaimStep::Unchanged };
         let ttl = self.cfg.opportunistic.claim_ttl;
+        // NB: a request GKE does not act on (a notice it cannot start early, an eviction a PDB
+        // blocks) must not hold the pool's turn until the window: it is given back after
+        // `claim_ttl`, and the idle check decides again.
+        if st.phase == Phase::Pending && self.waited(ttl).await {
+            let why = "the maintenance did not start within opportunistic.claim_ttl of the request; pool claim given back";
+            return self.release(why).await;
+        }
+        let Some(c) = self.claimed.as_mut() else { return ClaimStep::Unchanged };
         let renewed = self.coord.renew_if_owner(&c.key, &c.token, ttl).await.ok();
         if renewed == Some(true) {
             c.renewed = Instant::now();
@@ -142,8 +153,16 @@ impl Opportunistic {
         })
     }
 
-    /// At start (once the pool is known): a claim of this node's pool that names this node was
-    /// taken before the agent restarted, and its label is still on the Node. It is adopted —
+    /// Whether the claim held was taken `ttl` ago or more (no answer: not known to be).
+    async fn waited(&self, ttl: Duration) -> bool {
+        let Some(c) = &self.claimed else { return false };
+        let now = self.coord.time().await.ok();
+        now.is_some_and(|now| now - c.taken >= crate::clock::ms(ttl))
+    }
+
+    /// Each poll while holding none (once the pool is known): a claim of this node's pool that
+    /// names this node was taken by an agent of this node that is gone (this one before it
+    /// restarted, or the other of an HA pair), and its label is still on the Node. It is adopted —
     /// held and renewed until its maintenance is over, as if taken now — or, when that is over
     /// already, released; either way its label is this agent's to take off. `None`: nothing
     /// to adopt (or Redis did not answer: asked again at the next poll).
@@ -153,9 +172,8 @@ impl Opportunistic {
     async fn adopt(&mut self, st: &MaintenanceState) -> Option<ClaimStep> {
         let key = self.keys.maintenance_claim(&self.pool);
         let value = self.coord.get(&key).await.ok()?;
-        self.looked_for_own = true;
         let token = value.filter(|v| claim_holder(v) == Some(self.cfg.node_name.as_str()))?;
-        let c = Claim { key, token, renewed: Instant::now() };
+        let c = Claim::new(key, token, self.coord.time().await.ok()?);
         if claim_done(st.phase, self.started.elapsed(), self.cfg.metadata.first_read_wait) {
             self.claimed = Some(c);
             let why = "the pool claim taken before the agent restarted is released: its maintenance is over";
@@ -164,14 +182,11 @@ impl Opportunistic {
         // Compare-and-renew: a claim that lapsed since it was read is no longer this node's.
         let ttl = self.cfg.opportunistic.claim_ttl;
         let renewed = self.coord.renew_if_owner(&c.key, &c.token, ttl).await;
-        match renewed {
-            Ok(true) => self.claimed = Some(c),
-            Ok(false) => return None,
-            Err(_) => {
-                self.looked_for_own = false;
-                return None;
-            }
+        // Not renewed (lapsed since it was read, or no answer): asked again at the next poll.
+        if !matches!(renewed, Ok(true)) {
+            return None;
         }
+        self.claimed = Some(c);
         let pool = &self.pool;
         let detail = format!("adopted pool {pool}'s claim, taken by this node before the agent restarted: held until the maintenance is over");
         Some(ClaimStep::Claimed(detail))
@@ -199,10 +214,8 @@ impl Opportunistic {
             }
             return ClaimStep::Unchanged;
         }
-        if !self.looked_for_own {
-            if let Some(step) = self.adopt(st).await {
-                return step;
-            }
+        if let Some(step) = self.adopt(st).await {
+            return step;
         }
         if !reschedulable(st) {
             // A stale idle-since from an earlier episode must not skip `idle_for` next time.
@@ -221,11 +234,11 @@ impl Opportunistic {
         if now - since < crate::clock::ms(self.cfg.opportunistic.idle_for) {
             return ClaimStep::Unchanged;
         }
-        let Some(others) = self.others_serving().await else { return ClaimStep::Unchanged };
+        let Some(others) = self.others_serving(now).await else { return ClaimStep::Unchanged };
         if !opportunistic_due(&self.cfg.opportunistic, now, since, others) {
             return ClaimStep::Unchanged;
         }
-        self.claim(now - since, others).await
+        self.claim(now, now - since, others).await
     }
 
     /// Since when the node has been idle, on the coordinator's clock (the first observer's
@@ -325,7 +338,7 @@ impl Opportunistic {
 
     /// The nodes of this node's pool that count toward `min_nodes` ([`serves`]), this one left
     /// out.
-    async fn others_serving(&self) -> Option<usize> {
+    async fn others_serving(&self, now: Millis) -> Option<usize> {
         let (views, _) = fleet::read(self.coord.as_ref(), &self.cfg.redis.key_prefix).await.ok()?;
         let others = views.into_iter().filter(|v| v.node != self.cfg.node_name);
         let same_pool = others.filter_map(|v| v.record).filter(|r| r.pool == self.pool);
@@ -334,17 +347,22 @@ impl Opportunistic {
         let health = |r: &fleet::NodeRecord| {
             fleet::health(Some(&fleet::NodeRecord { maintenance: none(), ..r.clone() }))
         };
-        Some(same_pool.filter(|r| serves(&r.maintenance, health(r))).count())
+        // NB: a claim lasts `claim_ttl` at least: a node whose window starts within it may go
+        // while this one is away.
+        let until = now + crate::clock::ms(self.cfg.opportunistic.claim_ttl);
+        let serving =
+            |r: &fleet::NodeRecord| serves(&r.maintenance, r.maintenance_window, health(r), until);
+        Some(same_pool.filter(|r| serving(r)).count())
     }
 
-    async fn claim(&mut self, idle: Millis, others: usize) -> ClaimStep {
+    async fn claim(&mut self, now: Millis, idle: Millis, others: usize) -> ClaimStep {
         // NB: the claim is atomic (SET NX): two idle nodes of a pool never go together.
         let token = claim_token(&self.cfg.node_name, rand::random::<u32>());
         let key = self.keys.maintenance_claim(&self.pool);
         let ttl = self.cfg.opportunistic.claim_ttl;
         let taken = Lease::take(self.coord.as_ref(), key.clone(), token.clone(), ttl).await;
         let Ok(Some(_)) = taken else { return ClaimStep::Unchanged };
-        self.claimed = Some(Claim { key, token, renewed: Instant::now() });
+        self.claimed = Some(Claim::new(key, token, now));
         let (idle_time, pool) = (human(idle), &self.pool);
         let detail = format!("idle {idle_time} with {others} other node(s) of pool {pool} serving: asking GKE to perform the maintenance now");
         ClaimStep::Claimed(detail)

@@ -93,17 +93,26 @@ pub(crate) fn opportunistic_due(
     now - idle_since >= ms(o.idle_for) && others_serving >= o.min_nodes as usize
 }
 
-/// Whether another node of the pool counts toward `min_nodes`: its record's `maintenance` is
-/// `none` or `pending`, and `health` — the fleet view's health of that record with the notice
-/// left out (`crate::fleet::view::health`) — is `healthy`: a live heartbeat, no worker last seen
-/// hung, errored or unreachable, its GPU not failed, its runtime listing its workers.
+/// Whether another node of the pool counts toward `min_nodes` through a claim that may last
+/// until `until`: `health` — the fleet view's health of its record with the notice left out
+/// (`crate::fleet::view::health`) — is `healthy` (a live heartbeat, no worker last seen hung,
+/// errored or unreachable, its GPU not failed, its runtime listing its workers), and its
+/// record's `maintenance` is `none`, or `pending` with a window known to start after `until`.
 ///
-/// NB: a node with a *pending* notice still serves: GCE announces a pool's maintenance to
-/// several nodes at once, and counting them out let no node of the pool claim. An ongoing or
-/// terminating one is subtracted. The node holding the claim needs no subtracting: while it
-/// holds it, no other node can take it.
-pub(crate) fn serves(maintenance: &str, health: &str) -> bool {
-    let notice_serves = [Phase::None, Phase::Pending].iter().any(|&p| p.as_str() == maintenance);
+/// NB: a node with a *pending* notice still serves while its window is far: GCE announces a
+/// pool's maintenance to several nodes at once, and counting them out let no node of the pool
+/// claim. One whose window starts within the claim (or is unknown) is counted out: Compute
+/// Engine may start it while this node is away. An ongoing or terminating one is subtracted.
+/// The node holding the claim needs no subtracting: while it holds it, no other node can.
+pub(crate) fn serves(
+    maintenance: &str,
+    window: Option<Millis>,
+    health: &str,
+    until: Millis,
+) -> bool {
+    let far = window.is_some_and(|w| w > until);
+    let notice_serves =
+        maintenance == Phase::None.as_str() || (maintenance == Phase::Pending.as_str() && far);
     notice_serves && health == "healthy"
 }
 

@@ -143,22 +143,32 @@ fn opportunistic_needs_idle_time_and_spare_nodes() {
 
 #[test]
 fn a_pending_notice_alone_leaves_a_node_serving_for_min_nodes() {
-    // The record's maintenance, its health with the notice left out → counts toward min_nodes.
+    // The record's maintenance and window, its health with the notice left out → counts toward
+    // min_nodes through a claim that may last until 1_000.
+    let (far, near) = (Some(5_000), Some(900));
     #[rustfmt::skip]
     let table = [
-        ("none",        "healthy",   true),
+        ("none",        None, "healthy",   true),
         // GCE's rolling maintenance: the other nodes of the pool have a notice pending too.
-        ("pending",     "healthy",   true),
-        ("ongoing",     "healthy",   false),
-        ("terminating", "healthy",   false),
-        ("pending",     "unhealthy", false),
-        ("none",        "unhealthy", false),
+        ("pending",     far,  "healthy",   true),
+        // ... but one whose window starts within the claim may go while this node is away,
+        // and one of no known window might.
+        ("pending",     near, "healthy",   false),
+        ("pending",     None, "healthy",   false),
+        ("ongoing",     far,  "healthy",   false),
+        ("terminating", None, "healthy",   false),
+        ("pending",     far,  "unhealthy", false),
+        ("none",        None, "unhealthy", false),
         // Its runtime cannot list its workers: never counted healthy.
-        ("pending",     "unknown",   false),
-        ("none",        "unknown",   false),
+        ("pending",     far,  "unknown",   false),
+        ("none",        None, "unknown",   false),
     ];
-    for (maintenance, health, counts) in table {
-        assert_eq!(serves(maintenance, health), counts, "{maintenance} {health}");
+    for (maintenance, window, health, counts) in table {
+        assert_eq!(
+            serves(maintenance, window, health, 1_000),
+            counts,
+            "{maintenance} {window:?} {health}"
+        );
     }
 }
 

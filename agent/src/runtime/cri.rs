@@ -217,6 +217,18 @@ impl CriRuntime {
         }
     }
 
+    /// Whether `c` exited with status 0 (or its status cannot be read): done, not a worker that
+    /// stopped. NB: an init container that ran (its pod still starting), a Job's worker that
+    /// succeeded or one that left cleanly at its pod's deletion keeps its ready sandbox a while:
+    /// listed as exited, each was an `exited` alert. A running one asks nothing.
+    async fn completed(&self, c: &CriContainer) -> bool {
+        if c.state == ContainerState::ContainerRunning as i32 {
+            return false;
+        }
+        let status = self.status(&c.id, false).await.ok().flatten().and_then(|r| r.status);
+        status.is_none_or(|s| s.exit_code == 0)
+    }
+
     /// `StopContainer` of container `id` with `stop_grace` (0: SIGKILL at once).
     async fn stop(&self, id: &str, stop_grace: Duration) -> Result<()> {
         let timeout = stop_grace.as_secs().min(i64::MAX as u64) as i64;
@@ -334,7 +346,7 @@ impl ContainerRuntime for CriRuntime {
         for c in newest_attempts(listed, |id| sandboxes.contains_key(id)) {
             let Some(sb) = sandboxes.get(&c.pod_sandbox_id) else { continue };
             let name = c.metadata.as_ref().map(|m| m.name.as_str()).unwrap_or("");
-            if sb.selects(name) {
+            if sb.selects(name) && !self.completed(&c).await {
                 out.push(sb.container(&c, &c.pod_sandbox_id));
             }
         }

@@ -88,7 +88,17 @@ pub(crate) fn authorize<'a>(
         _ => {}
     }
     token_node(caller, node)?;
-    let own = carriers.iter().copied().find(|c| is_caller(c, caller));
+    // NB: a live carrier speaks for the worker; with none live, only a caller whose own every
+    // carrier is. An exited container (CRI lists a pod's exited attempt) must not let its pod —
+    // another namespace's copycat — write for the live worker, or for one in back-off.
+    let own = match live.is_empty() {
+        false => live.iter().copied().find(|c| is_caller(c, caller)),
+        true => carriers
+            .iter()
+            .copied()
+            .find(|c| is_caller(c, caller))
+            .filter(|_| carriers.iter().all(|c| is_caller(c, caller))),
+    };
     own.map(Some).ok_or_else(|| {
         let who = match caller {
             Caller::Pod { pod, .. } => format!("{} (uid {})", caller.describe(), pod.uid),
@@ -224,7 +234,18 @@ mod tests {
         assert!(authorize(&container(A), "trainer-0", "gpu-7", &both).is_err());
         let mut gone = copy;
         gone.running = false;
-        assert!(authorize(&me, "trainer-0", "gpu-7", &[mine, gone]).is_ok());
+        let one_live = [mine.clone(), gone.clone()];
+        assert!(authorize(&me, "trainer-0", "gpu-7", &one_live).is_ok());
+        // The copycat's exited container speaks for nobody: not beside the live worker, nor
+        // while the worker is in back-off (both exited); the worker's own pod still may.
+        let copycat = pod("dev", "copycat", "uid-9", None);
+        assert!(authorize(&copycat, "trainer-0", "gpu-7", &one_live).is_err());
+        let mut backoff = mine;
+        backoff.running = false;
+        let both_exited = [backoff.clone(), gone];
+        assert!(authorize(&copycat, "trainer-0", "gpu-7", &both_exited).is_err());
+        assert!(authorize(&me, "trainer-0", "gpu-7", &both_exited).is_err(), "who is it?");
+        assert!(authorize(&me, "trainer-0", "gpu-7", &[backoff]).is_ok());
     }
 
     #[test]

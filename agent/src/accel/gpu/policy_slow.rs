@@ -11,6 +11,7 @@
 //! - an XID within `gpu.evidence_window`.
 
 use crate::accel::gpu::model::{chosen, label, GpuReport, GpuSample, GpuStatus, Rise};
+use crate::accel::gpu::policy_xid::{action_for, XidOverrides};
 
 /// Throttle reasons that slow a GPU down, as NVML names them (`crate::accel::gpu::nvml`).
 const SLOWDOWNS: [&str; 4] = ["hw-slowdown", "hw-thermal", "sw-thermal", "hw-power-brake"];
@@ -68,6 +69,24 @@ pub fn slow_signals(report: &GpuReport, gpus: Option<&[String]>) -> Vec<String> 
             (!why.is_empty()).then(|| format!("{} {}", label(g.index, &g.uuid), why.join(", ")))
         })
         .collect()
+}
+
+/// Throttle reasons no workload causes: the hardware's own slowdown signal and its power brake
+/// (thermal ones follow the load as much as the cooling).
+const MACHINE_SLOWDOWNS: [&str; 2] = ["hw-slowdown", "hw-power-brake"];
+
+/// Whether these GPUs show a slowdown their workload cannot cause: a [`MACHINE_SLOWDOWNS`]
+/// reason, a link or ECC counter rising, an XID whose action fails the GPU. NB: what may evict
+/// every pod of a shared node (`gang.pace.taint = "NoExecute"`) must not be a tenant's to
+/// cause: a kernel's bad access (XID 13, 31), a hot loop's clocks or thermals are.
+pub fn machine_slow(report: &GpuReport, gpus: Option<&[String]>, xids: &XidOverrides) -> bool {
+    chosen(report, gpus).any(|g| {
+        let reasons = &g.sample.throttle_reasons;
+        let xid_fails = |&(x, _): &(u64, i64)| action_for(x, xids).is_some_and(|a| a.fails());
+        reasons.iter().any(|r| MACHINE_SLOWDOWNS.contains(r))
+            || !g.rises.is_empty()
+            || g.recent_xids.iter().any(xid_fails)
+    })
 }
 
 #[cfg(test)]
@@ -144,5 +163,32 @@ mod tests {
         let hot = GpuSample { throttle_reasons: vec!["hw-thermal"], ..GpuSample::default() };
         let ids = vec!["1".to_string()];
         assert!(slow_signals(&report(gpu(hot)), Some(&ids)).is_empty());
+    }
+
+    /// Only what no workload causes is a machine's slowdown: a kernel's bad access (XID 13, 31:
+    /// the application's), thermals and a low clock under load slow a job, yet may be its own.
+    #[test]
+    fn a_machine_s_slowdown_is_one_no_workload_causes() {
+        let none = XidOverrides::new();
+        let machine = |g: GpuStatus| machine_slow(&report(g), None, &none);
+        let thermal = GpuSample {
+            throttle_reasons: vec!["hw-thermal", "sw-thermal"],
+            sm_clock_mhz: Some(900),
+            sm_clock_max_mhz: Some(1_980),
+            utilization: Some(1.0),
+            ..GpuSample::default()
+        };
+        let mut app = gpu(thermal.clone());
+        app.recent_xids = vec![(13, 5), (31, 7), (43, 8)];
+        assert!(!slow_signals(&report(app.clone()), None).is_empty(), "evidence all the same");
+        assert!(!machine(app.clone()));
+        let braked = GpuSample { throttle_reasons: vec!["hw-power-brake"], ..thermal.clone() };
+        assert!(machine(gpu(braked)));
+        let mut fallen = app.clone();
+        fallen.recent_xids.push((79, 9));
+        assert!(machine(fallen), "XID 79: the GPU fell off the bus");
+        let mut retrying = app;
+        retrying.rises = vec![Rise { what: "PCIe replays", by: 40, at_ms: 1 }];
+        assert!(machine(retrying));
     }
 }

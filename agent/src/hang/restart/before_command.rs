@@ -105,8 +105,14 @@ impl Pipeline<'_> {
     /// fails the pass stops here (no budget consumed): a `logs-failed` page and a skip in the
     /// trail, once per incident; from [`LOGS_PATIENCE_POLLS`] polls after the incident's first
     /// failed read, the restart goes ahead without them, its page saying why. The logs are only
-    /// the page's contents: every other gate stands.
+    /// the page's contents: every other gate stands. A gang member's restart reads none: no
+    /// page of its own carries them (the gang's `restarting` page went out with its decision).
     pub(super) async fn logs_and_alert(&mut self) -> Result<Seen> {
+        // NB: not read to be dropped: a member's failed read held its restart back on the
+        // gang's first failure stamp, shared by every member on every node.
+        if act.order.is_some() {
+            return Ok(Seen::Pass);
+        }
         let (ctx, act) = (self.ctx, self.act);
         let (d, c) = (&ctx.cfg.runtime, act.case.c);
         let call = tokio::time::timeout(d.log_timeout, ctx.runtime.logs(&c.id, d.log_lines));
@@ -135,13 +141,9 @@ impl Pipeline<'_> {
     }
 
     /// The restart (or would-restart) page, once per incident: with the logs read, or saying why
-    /// they could not be (`Err`). A gang member's restart has no page of its own (the gang's
-    /// `restarting` page went out with its decision).
+    /// they could not be (`Err`).
     async fn restart_page(&mut self, logs: Result<String, String>) -> Result<Seen> {
         let act = self.act;
-        if act.order.is_some() {
-            return Ok(Seen::Pass);
-        }
         let (kind, verb) = match self.ctx.cfg.dry_run {
             true => (AlertKind::WouldRestart, "would restart"),
             false => (AlertKind::Restarting, "restarting"),

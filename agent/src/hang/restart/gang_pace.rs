@@ -42,23 +42,32 @@ pub(super) struct PaceWatch<'a> {
     pub(super) pager: Pager<'a>,
     pub(super) pace: &'a mut Pace,
     pub(super) slow: &'a mut BTreeMap<String, SlowOpened>,
+    /// This node shows a slowdown its workload cannot cause (`RestartPath::machine_slow`).
+    pub(super) machine_slow: bool,
 }
 
 impl RestartPath<'_> {
     /// The member's pace watch for this cycle.
     pub(super) fn pace_watch(&mut self) -> PaceWatch<'_> {
         let pager = Pager::new(self.ctx, self.alerts, &mut self.gangs.sent);
-        PaceWatch { ctx: self.ctx, pager, pace: self.pace, slow: &mut self.gangs.slow }
+        let machine_slow = self.machine_slow;
+        PaceWatch {
+            ctx: self.ctx,
+            pager,
+            pace: self.pace,
+            slow: &mut self.gangs.slow,
+            machine_slow,
+        }
     }
 }
 
 /// The episode `value` of gang `gang` names `own` as the member it waits for: what the Node's
 /// `VigilSlow` condition says (how slow, which worker, why) and whether the evidence is strong
-/// enough to evict (`NoExecute`): it scored [`STRONG`] and this agent reads a slowness on its own
-/// node now. NB: compute time and steps are the job's own word (its records): alone they would
-/// let a tenant evict another namespace's pods from a shared node; the node's signals are not
-/// theirs to write.
-fn named_here(value: &str, gang: &str, own: &Member) -> Option<Named> {
+/// enough to evict (`NoExecute`): it scored [`STRONG`] and this node shows a slowdown its
+/// workload cannot cause now (`machine`). NB: compute time and steps are the job's own word (its
+/// records), and a kernel's bad access (an XID 31), its clocks or the host's pressure its own
+/// doing: alone they would let a tenant evict another namespace's pods from a shared node.
+fn named_here(value: &str, gang: &str, own: &Member, machine: bool) -> Option<Named> {
     let mut parts = value.splitn(4, '|');
     if parts.nth(1)? != own.id() {
         return None;
@@ -71,7 +80,7 @@ fn named_here(value: &str, gang: &str, own: &Member) -> Option<Named> {
     let line = format!(
         "gang {gang} runs at {pace} ({pct:.0} %) and waits for {worker} on this node: {why}"
     );
-    Some(Named { line, strong: points >= STRONG && !own.slow.is_empty() })
+    Some(Named { line, strong: points >= STRONG && machine })
 }
 
 /// The rate against the baseline in words: `0.82 steps/s against its usual 1.64 steps/s`.
@@ -235,7 +244,7 @@ impl PaceWatch<'_> {
     /// What the episode's value says of this worker: named, it shows on its Node; named
     /// someone else, it is read no more this run.
     fn hear_episode(&mut self, g: &Gang, own: &Member, held: Option<&str>) {
-        let here = held.and_then(|v| named_here(v, &g.id, own));
+        let here = held.and_then(|v| named_here(v, &g.id, own, self.machine_slow));
         self.pace.heard = here.is_none() && held.is_some_and(settled);
         self.pace.named = here.map(|n| (g.id.clone(), n));
     }
@@ -311,30 +320,28 @@ mod tests {
 
     #[test]
     fn the_member_an_episode_names_reads_it_for_its_node() {
-        let mut own = Member::working("gpu-3", "rank-3", 0);
-        own.slow = vec!["GPU 0 (GPU-3333) hw-slowdown".into()];
+        let own = Member::working("gpu-3", "rank-3", 0);
         let why = "it computes 571 ms before each collective, the others 400 ms (median): they wait for it";
         let at = |placed: &str| episode(1_000, (1.4, 2.0), ("gpu-0/rank-0", 1_000), placed);
         let value = at(&format!("gpu-3/rank-3|2|{why}"));
-        let n = named_here(&value, "ml/c", &own).expect("named");
+        let n = named_here(&value, "ml/c", &own, true).expect("named");
         assert_eq!(
             n.line,
             format!("gang ml/c runs at 1.40 steps/s against its usual 2.00 steps/s (70 %) and waits for rank-3 on this node: {why}")
         );
-        assert!(n.strong, "compute time: strong");
+        assert!(n.strong, "compute time, on a node that shows a machine's slowdown: strong");
         let weak = at("gpu-3/rank-3|1|its node shows XID 13");
-        assert!(!named_here(&weak, "ml/c", &own).expect("named").strong);
-        // Compute time is the job's word: strong only where this node shows a slowness itself.
-        let unsignalled = Member::working("gpu-3", "rank-3", 0);
-        assert!(!named_here(&value, "ml/c", &unsignalled).expect("named").strong);
+        assert!(!named_here(&weak, "ml/c", &own, true).expect("named").strong);
+        // Compute time is the job's word: strong only where the node shows what no job causes.
+        assert!(!named_here(&value, "ml/c", &own, false).expect("named").strong);
         // Another member, nobody, or not named yet: not this node's.
         let other = Member::working("gpu-1", "rank-1", 0);
-        assert_eq!(named_here(&value, "ml/c", &other), None);
-        assert_eq!(named_here(&at("-"), "ml/c", &own), None);
-        assert_eq!(named_here(&at("?"), "ml/c", &own), None);
-        assert_eq!(named_here(QUIET, "ml/c", &own), None);
+        assert_eq!(named_here(&value, "ml/c", &other, true), None);
+        assert_eq!(named_here(&at("-"), "ml/c", &own, true), None);
+        assert_eq!(named_here(&at("?"), "ml/c", &own, true), None);
+        assert_eq!(named_here(QUIET, "ml/c", &own, true), None);
         // An older agent's value names it the same.
         let old = format!("1000:1400:2000|gpu-3/rank-3|2|{why}");
-        assert!(named_here(&old, "ml/c", &own).is_some());
+        assert!(named_here(&old, "ml/c", &own, true).is_some());
     }
 }

@@ -177,6 +177,9 @@ pub(crate) struct RestartPath<'a> {
     pub(crate) rhythm: &'a mut crate::hang::policy_rhythm::Rhythm,
     /// What the node shows that slows the worker down (its GPUs' slowdown throttle reasons).
     pub(crate) slow_signals: &'a [String],
+    /// Of those, one its workload cannot cause (`crate::accel::gpu::policy_slow::machine_slow`,
+    /// the hypervisor's steal): only that lets a slow gang's taint evict (`NoExecute`).
+    pub(crate) machine_slow: bool,
     /// What this agent has measured of the worker's pace (`crate::hang::policy_pace`).
     pub(crate) pace: &'a mut crate::hang::policy_pace::Pace,
 }

@@ -57,7 +57,8 @@ class Worker:
     Arguments:
         worker_id: the worker id (the container's or pod's ``vigil.worker`` label); default
             ``VIGIL_WORKER``.
-        job: what it works on (shown in alerts).
+        job: what it works on (shown in alerts): the job, not one attempt of it (a new
+            ``job`` starts its run of fruitless restarts over).
         gang: the distributed job this worker is one member of: the same id on every rank of
             it, on every node (1-253 characters of ``[A-Za-z0-9._/-]``; e.g. the job's name
             and its launch attempt). Shown in alerts.
