@@ -7,16 +7,23 @@
 //! (`vigil::vocab::workload::remediation`) on the JobSet's facts as they stand; `OnFailure` pods
 //! with `backoffLimit: 0` take the same path; a LeaderWorkerSet group has one member stopped and
 //! its controller recreates the group. The Kubernetes side over real HTTP is
-//! `tests/kube_workloads.rs`; on real containerd, `tests/e2e_jobset.rs`.
+//! `tests/kube_workloads.rs`; on real containerd, `tests/e2e_jobset.rs`. Last, the restart's
+//! last steps before the command, on a plain worker whose runtime answers its last inspect late
+//! or changed.
 
 use crate::common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_trait::async_trait;
+use common::fakes::FakeRuntime;
 use common::fleet::Fleet;
 use common::wiring::write_record;
 use vigil::alerts::AlertKind;
 use vigil::clock::utc_day;
+use vigil::runtime::{Container, ContainerRuntime, RuntimeError};
 use vigil::vocab::workload::{
     remediation, JobFacts, JobSetFacts, Remediation, RestartPolicy, Stops, Workload,
 };
@@ -327,6 +334,66 @@ async fn a_jobset_of_on_failure_pods_with_backoff_limit_0_takes_the_same_single_
     assert_eq!(js.fleet.sink.count(AlertKind::Restarting), 1);
 }
 
+impl JobSet {
+    /// A JobSet of `Never` pods (three restarts) on agents that learn their workers' rhythm and
+    /// restart on it (`[policy.learned] restarts = true`, a history of a minute), polled every
+    /// 5 s. As in every JobSet here, the members' records name no gang: their pods' labels do.
+    fn learning() -> JobSet {
+        let poll = Duration::from_secs(5);
+        let fleet = Fleet::builder()
+            .nodes(4)
+            .poll(poll)
+            .config(move |_, c| {
+                c.poll_interval = poll;
+                c.policy.learned.enabled = true;
+                c.policy.learned.restarts = true;
+                c.policy.learned.history = Duration::from_secs(60);
+            })
+            .build();
+        let (policy, max_restarts) = (RestartPolicy::Never, 3);
+        let mut js = JobSet { fleet, policy, max_restarts, restarts: 0, attempt: 0, failed: false };
+        js.create_pods();
+        js
+    }
+}
+
+/// Commit a6b767f: the members of a JobSet — their records name no gang, their pods' JobSet
+/// labels do — beat every 5 s for six minutes, their rhythm learned by every member's agent,
+/// then stop together. The gang is decided on that learned evidence, and the member's
+/// last-moment revalidation judges it by the learned rule its agent holds, its gang read from its
+/// pod's labels as its verdict read it: the member is failed long before the fixed rule would.
+/// Read from its record (no gang), the revalidation would judge it by the fixed rule, which calls
+/// that silence fresh until `stale_after` (2 min): cancelled as recovered, again each cycle.
+#[tokio::test]
+async fn a_jobset_decided_on_its_learned_rhythm_is_not_cancelled_at_its_members_revalidation() {
+    let mut js = JobSet::learning();
+    for step in 0..72 {
+        for i in 0..4 {
+            js.beat(i, step, 0).await;
+        }
+        js.tick().await;
+    }
+    for i in 0..4 {
+        js.beat(i, 72, if i == 2 { 3_000 } else { 0 }).await;
+    }
+    let last = js.fleet.now();
+    while js.restarts == 0 && js.fleet.now() - last < 600_000 {
+        js.tick().await;
+    }
+    let took = js.fleet.now() - last;
+    assert_eq!(js.failed().concat(), ["a0-c2"], "{:?}", js.fleet.sink.kinds());
+    assert_eq!(js.restarts, 1);
+    for i in 0..4 {
+        let decided = js.fleet.decisions(i).await;
+        assert!(!decided.iter().any(|d| d == "cancelled-recovered"), "node {i}: {decided:?}");
+    }
+    // NB: the learned rule's ~45 s, well short of the fixed rule's `stale_after` (120 s).
+    assert!(took <= 90_000, "failed {took} ms after the last beat: not on the learned rhythm");
+    let restarting = js.fleet.sink.of(AlertKind::Restarting);
+    assert_eq!(restarting.len(), 1, "{:?}", js.fleet.sink.kinds());
+    assert!(restarting[0].detail.contains("On the learned rhythm"), "{}", restarting[0].detail);
+}
+
 /// A LeaderWorkerSet group (its default `RecreateGroupOnPodRestart`): one member stopped as
 /// any stop goes (SIGTERM, the stop grace), nothing awaited after it, and the group recreated by
 /// its controller; one page, one unit of the gang's breaker.
@@ -411,4 +478,134 @@ async fn beat(fleet: &Fleet, i: usize, step: u64, ago: i64) {
     let at = fleet.now() - ago;
     let fields = [("progress", progress.as_str())];
     write_record(fleet.store.as_ref(), &key, "processing", at, &fields).await;
+}
+
+/// The fake runtime, with a hook run at each `inspect`, told which it is (from 1): a worker's
+/// restart pass inspects its container at the revalidation and once more right before the
+/// command (`Recheck`), so a pass's second is that last one. Everything else is the fake's.
+#[derive(Clone, Default)]
+struct Inspected {
+    inner: FakeRuntime,
+    count: Arc<AtomicUsize>,
+    hook: Arc<Mutex<Option<InspectHook>>>,
+}
+
+type InspectHook = Box<dyn Fn(usize) + Send + Sync>;
+
+impl Inspected {
+    fn on_inspect(&self, hook: impl Fn(usize) + Send + Sync + 'static) {
+        *self.hook.lock().unwrap() = Some(Box::new(hook));
+    }
+
+    fn inspects(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl ContainerRuntime for Inspected {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    async fn list_workers(&self) -> Result<Vec<Container>, RuntimeError> {
+        self.inner.list_workers().await
+    }
+    async fn inspect(&self, id: &str) -> Result<Option<Container>, RuntimeError> {
+        let n = self.count.fetch_add(1, Ordering::SeqCst) + 1;
+        self.hook.lock().unwrap().iter().for_each(|h| h(n));
+        self.inner.inspect(id).await
+    }
+    async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
+        self.inner.logs(id, lines).await
+    }
+    async fn remediation(&self, c: &Container, stops: Stops) -> Remediation {
+        self.inner.remediation(c, stops).await
+    }
+    async fn restart(&self, c: &Container, grace: Duration) -> Result<(), RuntimeError> {
+        self.inner.restart(c, grace).await
+    }
+    async fn fail(&self, c: &Container, grace: Duration, pod: bool) -> Result<(), RuntimeError> {
+        self.inner.fail(c, grace, pod).await
+    }
+    async fn successor(&self, c: &Container) -> Result<Option<Container>, RuntimeError> {
+        self.inner.successor(c).await
+    }
+    async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
+        self.inner.kill(id, signal).await
+    }
+    async fn ping(&self) -> Result<(), RuntimeError> {
+        self.inner.ping().await
+    }
+}
+
+/// One node whose agent runs on `rt` (worker `trainer-0` in container `c1`), configured by
+/// `tweak`.
+fn inspected_node(rt: &Inspected, tweak: impl Fn(&mut vigil::config::Config) + 'static) -> Fleet {
+    rt.inner.add("c1", "trainer-0");
+    let builder = Fleet::builder().node("gpu-1").runtime(Arc::new(rt.clone()));
+    builder.config(move |_, c| tweak(c)).build()
+}
+
+/// Property 8 (docs/safety.md): the lock is checked after the last slow step, right before the
+/// command, and renewed there (it must cover the whole restart). The runtime's inspect right
+/// before it may take `runtime.call_timeout` (or the agent stalls in it); here the clock runs on
+/// inside that inspect until the lock has expired: the command does not run
+/// (`skipped-lock-expiring`), the breaker's unit and the claim go back, and the next pass, on a
+/// lock of its own, restarts the worker.
+#[tokio::test]
+async fn a_lock_run_short_in_the_last_inspect_before_the_command_refuses_the_command() {
+    let rt = Inspected::default();
+    let mut fleet = inspected_node(&rt, |_| {});
+    let (clock, cfg) = (fleet.clock.clone(), fleet.nodes[0].cfg.clone());
+    let stalled = cfg.safety.lock_ttl + Duration::from_secs(1);
+    rt.on_inspect(move |n| {
+        if n == 2 {
+            clock.advance(stalled);
+        }
+    });
+    fleet.write(0, "trainer-0", "processing", fleet.now(), &[]).await;
+    let end = fleet.now() + 600_000;
+    while rt.inspects() < 2 && fleet.now() < end {
+        fleet.tick().await;
+    }
+    assert_eq!(rt.inner.restarts("c1"), 0, "no command on a lock that cannot cover it");
+    let decided = fleet.decisions(0).await;
+    assert!(decided.iter().any(|d| d == "skipped-lock-expiring"), "{decided:?}");
+    let k = &fleet.nodes[0].keys;
+    assert_eq!(fleet.counter(&k.breaker(&utc_day(fleet.now()))).await, 0, "the unit given back");
+    assert_eq!(fleet.get(&k.cooldown("trainer-0")).await, None, "the claim given back");
+    fleet.tick().await;
+    assert_eq!(rt.inner.restarts("c1"), 1, "{:?}", fleet.decisions(0).await);
+}
+
+/// A claim given back puts back what it removed: an errored worker whose restart is refused after
+/// its claim for a passing reason (its container paused between the revalidation and the last
+/// look before the command: `skipped-not-running`) keeps its error timer, and the next pass
+/// restarts it — not another `error_for` later.
+#[tokio::test]
+async fn an_errored_worker_refused_after_its_claim_keeps_its_error_timer() {
+    let rt = Inspected::default();
+    let mut fleet = inspected_node(&rt, |c| c.policy.error_for = Duration::from_secs(60));
+    let paused = rt.inner.clone();
+    rt.on_inspect(move |n| {
+        if n == 2 {
+            paused.set_paused("c1", true);
+        }
+    });
+    let key = fleet.nodes[0].keys.error_since("trainer-0");
+    let (mut before, end) = (None, fleet.now() + 600_000);
+    while rt.inspects() < 2 && fleet.now() < end {
+        fleet.write(0, "trainer-0", "error", fleet.now(), &[]).await;
+        before = fleet.get(&key).await;
+        fleet.tick().await;
+    }
+    assert_eq!(rt.inner.restarts("c1"), 0);
+    let decided = fleet.decisions(0).await;
+    assert!(decided.iter().any(|d| d == "skipped-not-running"), "{decided:?}");
+    assert!(before.is_some(), "in error for error_for: {decided:?}");
+    assert_eq!(fleet.get(&key).await, before, "the error timer given back with the claim");
+    rt.inner.set_paused("c1", false);
+    fleet.write(0, "trainer-0", "error", fleet.now(), &[]).await;
+    fleet.tick().await;
+    assert_eq!(rt.inner.restarts("c1"), 1, "{:?}", fleet.decisions(0).await);
 }

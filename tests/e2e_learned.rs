@@ -7,6 +7,9 @@
 //!
 //! Minutes long, so not in the test command: `bash scripts/e2e-learned-gang.sh` runs it
 //! (`VIGIL_E2E_LEARN_S`, 180 by default: how long the job trains before it hangs).
+//!
+//! Beside it, in-process (the fleet harness, a fake clock: in the test command), what a day does
+//! to a rhythm learned of one incarnation.
 
 use crate::common;
 
@@ -14,7 +17,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::e2e::Setup;
+use common::fleet::Fleet;
 use common::real::{beat, shared_redis_url, unique, VigilProcess, WorkerContainer};
+use vigil::alerts::AlertKind;
 
 const RANKS: usize = 4;
 
@@ -143,4 +148,45 @@ async fn a_gang_with_a_learned_rhythm_is_restarted_within_a_minute_of_its_last_b
         "the decision stood on the learned rhythm:\n{text}"
     );
     assert_eq!(text.matches("decision=\"gang-decided\"").count(), 1, "one decision:\n{text}");
+}
+
+/// The record of a worker's incarnation (`P:{N}:worker:W:incarnation`, 24 h) is refreshed with
+/// each cycle's batch, so a job that runs for days in one incarnation keeps what its agent
+/// learned of it. Were the record to lapse a day after it was written, the next look would take
+/// the same container for a new incarnation and start its own samples over (the fixed rule until
+/// it has shown `min_samples` again). A worker beats every 5 s for six minutes (its rhythm
+/// learned), then is looked at hourly for 26 hours (a silence learned each time, so its history
+/// is written back and kept), then hangs: found on its learned rhythm (~20 s: 4 × its 5 s
+/// silences, and the confirming look), not after the fixed rule's two minutes.
+#[tokio::test]
+async fn a_rhythm_learned_of_an_incarnation_outlives_its_first_day() {
+    let poll = Duration::from_secs(5);
+    let mut fleet = Fleet::builder()
+        .node("gpu-1")
+        .poll(poll)
+        .config(move |_, c| {
+            c.poll_interval = poll;
+            c.policy.learned.enabled = true;
+        })
+        .build();
+    fleet.nodes[0].runtime.add("c1", "trainer-0");
+    for _ in 0..72 {
+        fleet.write(0, "trainer-0", "processing", fleet.now(), &[]).await;
+        fleet.tick().await;
+    }
+    for _ in 0..26 {
+        fleet.clock.advance(Duration::from_secs(3600) - poll);
+        fleet.write(0, "trainer-0", "processing", fleet.now(), &[]).await;
+        fleet.tick().await;
+    }
+    let last = fleet.now() - 5_000;
+    while fleet.sink.count(AlertKind::Hung) == 0 && fleet.now() - last < 300_000 {
+        fleet.tick().await;
+    }
+    let found = fleet.now() - last;
+    assert!(
+        found < 60_000,
+        "found hung {found} ms after its last beat: by the fixed rule, what was learned of its incarnation forgotten; {:?}",
+        fleet.decisions(0).await
+    );
 }

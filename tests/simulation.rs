@@ -247,15 +247,15 @@ fn stale(mutant: &str, seed: u64) {
 /// (fleet `Mutant`s by name, gang `GangMutant`s as `gang:<name>`), tried first by `caught` and
 /// `gang_caught`: the lowest seed of the sweep from 0, as the sweep reports it.
 const CATCHES: &[(&str, u64)] = &[
-    ("NoRetryBackoff", 744),
+    ("NoRetryBackoff", 1975),
     ("BreakerIgnored", 70),
-    ("FruitlessForgotten", 54),
+    ("FruitlessForgotten", 3),
     ("BootEndsAtOnce", 36),
-    ("NoRevalidation", 29),
-    ("NoCompare", 67),
-    ("NoLock", 6),
-    ("LearnedTooSoon", 187),
-    ("RhythmFromMemory", 2),
+    ("NoRevalidation", 56),
+    ("NoCompare", 8),
+    ("NoLock", 5),
+    ("LearnedTooSoon", 586),
+    ("RhythmFromMemory", 62),
     ("gang:CooldownUnseen", 84),
     ("gang:ComputeHidden", 6),
     ("gang:ProgressHidden", 15),

@@ -159,8 +159,7 @@ impl Coordinator for SimCoord {
                 Reply::Done(self.del_if_owner(&key, &token).await?)
             }
             Request::RenewIfOwner { key, token, ttl } => {
-                let store = self.store().renew_if_owner(&key, &token, ttl);
-                Reply::Done(self.around("RENEW IF OWNER", &key, true, store).await?)
+                Reply::Done(self.renew_if_owner(&key, &token, ttl).await?)
             }
             Request::HdelIfEqual { key, fields } => {
                 let store = self.store().hdel_if_equal(&key, &fields);
@@ -257,6 +256,24 @@ impl SimCoord {
         let full = ms(lock(&self.ctl).cfg.safety.lock_ttl);
         self.told(self.lies.owner_ttl(self.is_lock(key), full, r))
     }
+    /// A compare-and-renew; of this node's lock, a check of it too (the pipeline renews it right
+    /// before the command).
+    async fn renew_if_owner(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<bool, CoordError> {
+        let store = self.store().renew_if_owner(key, token, ttl);
+        let r = self.around("RENEW IF OWNER", key, true, store).await;
+        if r.is_ok() && self.is_lock(key) {
+            let mut c = lock(&self.ctl);
+            let now = c.now();
+            c.insts[self.inst].lock_checked_at = Some(now);
+        }
+        self.told(self.lies.renew_if_owner(self.is_lock(key), r))
+    }
+
     async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, CoordError> {
         let token = self.lies.del_if_owner(self.is_lock(key), token);
         self.around("DEL IF OWNER", key, true, self.store().del_if_owner(key, &token)).await

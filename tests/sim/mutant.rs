@@ -144,6 +144,19 @@ impl Lies {
         (Ok(Some(full)), lie)
     }
 
+    /// A compare-and-renew; `lock`: of this node's lock (right before the command).
+    pub fn renew_if_owner<E>(&self, lock: bool, real: Result<bool, E>) -> Told<Result<bool, E>> {
+        if !(lock && self.is(Mutant::NoLock)) {
+            return (real, None);
+        }
+        let lie = match &real {
+            Ok(true) => None,
+            Ok(false) => Some("the lock is not ours; answered renewed".into()),
+            Err(_) => Some("the renewal failed; answered renewed".into()),
+        };
+        (Ok(true), lie)
+    }
+
     /// A compare-and-delete; `lock`: of this node's lock (the pass is over). The token the
     /// store is given: a marker told at time 0 is compared as it was written.
     pub fn del_if_owner(&self, lock: bool, token: &str) -> String {

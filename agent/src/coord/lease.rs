@@ -55,6 +55,15 @@ impl Lease {
         coord.owner_ttl(&self.key, &self.token).await
     }
 
+    /// Renew it to `ttl` if it is still ours (compare-and-renew); `true` when it was.
+    pub(crate) async fn renew(
+        &self,
+        coord: &dyn Coordinator,
+        ttl: Duration,
+    ) -> Result<bool, CoordError> {
+        coord.renew_if_owner(&self.key, &self.token, ttl).await
+    }
+
     /// Release it if it is still ours (compare-and-delete); `true` when it was.
     pub(crate) async fn release(&self, coord: &dyn Coordinator) -> Result<bool, CoordError> {
         coord.del_if_owner(&self.key, &self.token).await

@@ -1,11 +1,11 @@
 //! The restart pipeline as one state machine (pure), for either restart unit ([`Unit`]): a
 //! worker's pass in the brief's order — decide → lock → logs → revalidate → caps → claim →
-//! recheck → command → verify — and a gang's one decision — lock → revalidate → caps → count →
-//! claim → announce (each member is then restarted by its own node's worker pass). After each
-//! step, what comes next: the next step, or a stop with what must be given back. The engine
-//! (`crate::hang::restart::pipeline`, and the gang's decision in `crate::hang::restart::gang`)
-//! runs a step, tells [`next`] what it found, and does what it answers; nothing else orders the
-//! steps.
+//! recheck → lock check → command → verify — and a gang's one decision — lock → revalidate →
+//! caps → count → claim → announce (each member is then restarted by its own node's worker
+//! pass). After each step, what comes next: the next step, or a stop with what must be given
+//! back. The engine (`crate::hang::restart::pipeline`, and the gang's decision in
+//! `crate::hang::restart::gang`) runs a step, tells [`next`] what it found, and does what it
+//! answers; nothing else orders the steps.
 //!
 //! What a pass holds once a step has passed, and gives back when it stops later:
 //! the restart alert (announced with the logs: released so the restart that eventually runs
@@ -54,6 +54,9 @@ pub(crate) enum Step {
     Claim,
     /// The node's state and the incarnation once more, right before the command.
     Recheck,
+    /// The lock still ours with room for the whole command, read after the last slow step
+    /// (`Recheck`'s inspect may take `runtime.call_timeout`): only the command follows it.
+    LockCheck,
     /// The restart call.
     Command,
     /// The container's start time says whether it restarted.
@@ -131,9 +134,9 @@ pub(crate) enum Next {
 fn steps(unit: Unit) -> &'static [Step] {
     use Step::*;
     match unit {
-        Unit::Worker => {
-            &[Decide, Peek, Lock, Logs, Revalidate, Caps, Claim, Recheck, Command, Verify]
-        }
+        Unit::Worker => &[
+            Decide, Peek, Lock, Logs, Revalidate, Caps, Claim, Recheck, LockCheck, Command, Verify,
+        ],
         // The gang plan (`crate::hang::policy_gang`) decided to decide.
         Unit::Gang => &[Lock, Revalidate, Caps, Count, Claim, Announce],
     }
@@ -180,14 +183,16 @@ fn undo(step: Step, seen: Seen) -> Undo {
     // claim: that pass is undone whole.
     let closed = step == Step::Revalidate && matches!(seen, Seen::Skip(Skip::Cancelled(_)));
     let refused = matches!(seen, Seen::Skip(_));
-    let announced = matches!(step, Step::Revalidate | Step::Caps | Step::Claim | Step::Recheck);
+    // Past `Claim`: its claim (and the units) held.
+    let claimed = matches!(step, Step::Recheck | Step::LockCheck);
+    let announced = matches!(step, Step::Revalidate | Step::Caps | Step::Claim) || claimed;
     // The units were taken at `Caps` (a refusing or failing `Caps` gave the breaker's back:
     // `crate::coord::caps::Caps::take`): from `Claim` on they are held, and so is the claim,
     // which a failed write at `Claim` may have made unseen.
     Undo {
         release_alert: announced && !closed && (refused || step == Step::Claim),
-        refund_caps: matches!(step, Step::Claim | Step::Recheck),
-        release_claim: (step == Step::Claim && seen == Seen::Failed) || step == Step::Recheck,
+        refund_caps: step == Step::Claim || claimed,
+        release_claim: (step == Step::Claim && seen == Seen::Failed) || claimed,
     }
 }
 
@@ -195,7 +200,7 @@ fn undo(step: Step, seen: Seen) -> Undo {
 mod tests {
     use super::*;
 
-    const STEPS: [Step; 11] = [
+    const STEPS: [Step; 12] = [
         Step::Decide,
         Step::Peek,
         Step::Lock,
@@ -205,6 +210,7 @@ mod tests {
         Step::Caps,
         Step::Claim,
         Step::Recheck,
+        Step::LockCheck,
         Step::Command,
         Step::Verify,
     ];
@@ -221,26 +227,46 @@ mod tests {
     #[test]
     fn a_clean_pass_runs_the_brief_s_order() {
         use Step::*;
-        assert_eq!(
-            path(false),
-            [Decide, Peek, Lock, Logs, Revalidate, Caps, Claim, Recheck, Command, Verify]
-        );
+        let pass = [
+            Decide, Peek, Lock, Logs, Revalidate, Caps, Claim, Recheck, LockCheck, Command, Verify,
+        ];
+        assert_eq!(path(false), pass);
         assert_eq!(path(true), [Decide, Peek, Lock, Logs, Revalidate, Observe]);
     }
 
     #[test]
     fn the_command_runs_only_after_every_safeguard_in_every_mode() {
+        use Step::*;
         for dry_run in [false, true] {
             let p = path(dry_run);
-            if let Some(i) = p.iter().position(|s| *s == Step::Command) {
-                for needed in [Step::Lock, Step::Revalidate, Step::Caps, Step::Claim, Step::Recheck]
-                {
+            if let Some(i) = p.iter().position(|s| *s == Command) {
+                for needed in [Lock, Revalidate, Caps, Claim, Recheck, LockCheck] {
                     let at = p.iter().position(|s| *s == needed).expect("every safeguard runs");
                     assert!(at < i, "{needed:?} after the command");
                 }
                 assert!(!dry_run, "observe mode ran the command");
             }
         }
+    }
+
+    /// Property 8 (docs/safety.md): the lock's TTL is read after the last slow step — the
+    /// runtime's inspect at `Recheck` may take `runtime.call_timeout` — so nothing but the command
+    /// follows the last look at it; and a lock that cannot cover the command gives back all the
+    /// pass holds by then (the claim, the units, the restart alert).
+    #[test]
+    fn the_lock_is_checked_after_the_last_slow_step_right_before_the_command() {
+        use Step::*;
+        let p = path(false);
+        let at = |found: Option<usize>| found.expect("in a clean pass");
+        let command = at(p.iter().position(|&s| s == Command));
+        // The steps that wait on the runtime (and the alert sinks), and those that read the lock.
+        let slow = at(p.iter().rposition(|s| matches!(s, Logs | Revalidate | Recheck)));
+        let checked = at(p.iter().rposition(|s| matches!(s, Claim | LockCheck)));
+        assert!(slow < checked && checked + 1 == command, "{p:?}");
+        assert_eq!(
+            next(Unit::Worker, LockCheck, Seen::Skip(Skip::LockExpiring), false),
+            Next::Stop(Undo { release_alert: true, refund_caps: true, release_claim: true })
+        );
     }
 
     #[test]
@@ -265,6 +291,8 @@ mod tests {
             Skip::NodeState,
             Skip::RetryPending,
             Skip::ContainerChanged,
+            Skip::NotRunning,
+            Skip::LockExpiring,
             Skip::Cancelled(Cancel::Recovered),
             Skip::Cancelled(Cancel::CooldownAppeared),
         ];
@@ -274,10 +302,15 @@ mod tests {
                 let Next::Stop(u) = next(Unit::Worker, step, seen, false) else { unreachable!() };
                 let after = |s: Step| step >= s && step != Step::Observe;
                 // Units only once taken, never after the command ran.
-                assert_eq!(u.refund_caps, matches!(step, Step::Claim | Step::Recheck), "{step:?}");
+                let held = matches!(step, Step::Claim | Step::Recheck | Step::LockCheck);
+                assert_eq!(u.refund_caps, held, "{step:?}");
                 if u.release_claim {
                     assert!(after(Step::Claim) && step < Step::Command, "{step:?}");
                 }
+                // The claim, once written (or maybe written: a failed write at `Claim`).
+                let claimed = matches!(step, Step::Recheck | Step::LockCheck)
+                    || (step == Step::Claim && seen == Seen::Failed);
+                assert_eq!(u.release_claim, claimed, "{step:?} {seen:?}");
                 if u.release_alert {
                     assert!(after(Step::Revalidate) && step < Step::Command, "{step:?} {seen:?}");
                     let closed = matches!(seen, Seen::Skip(Skip::Cancelled(_)));
@@ -286,10 +319,8 @@ mod tests {
                 // A refusal once the alert is out releases it (the incident still open).
                 let still_open =
                     !(step == Step::Revalidate && matches!(seen, Seen::Skip(Skip::Cancelled(_))));
-                if matches!(seen, Seen::Skip(_))
-                    && still_open
-                    && matches!(step, Step::Revalidate | Step::Caps | Step::Claim | Step::Recheck)
-                {
+                let announced = held || matches!(step, Step::Revalidate | Step::Caps);
+                if matches!(seen, Seen::Skip(_)) && still_open && announced {
                     assert!(u.release_alert, "{step:?} {seen:?}");
                 }
             }
@@ -301,15 +332,18 @@ mod tests {
         );
         // A coordinator failure after the alert keeps it (the pass may have failed writing the
         // trail after a refusal): the incident's one "restarting" page stands; at the recheck
-        // the claim and the units still go back.
+        // and the lock check the claim and the units still go back.
         assert_eq!(
             next(Unit::Worker, Step::Revalidate, Seen::Failed, false),
             Next::Stop(Undo::default())
         );
-        assert_eq!(
-            next(Unit::Worker, Step::Recheck, Seen::Failed, false),
-            Next::Stop(Undo { release_alert: false, refund_caps: true, release_claim: true })
-        );
+        for step in [Step::Recheck, Step::LockCheck] {
+            assert_eq!(
+                next(Unit::Worker, step, Seen::Failed, false),
+                Next::Stop(Undo { release_alert: false, refund_caps: true, release_claim: true }),
+                "{step:?}"
+            );
+        }
         // After the command, nothing is given back, whether it restarted the container or
         // not (two outcomes, one stop): it ran.
         for seen in [Seen::Pass, Seen::RestartFailed, Seen::Failed] {

@@ -5,7 +5,6 @@
 
 use crate::alerts::{AlertKind, Resolve};
 use crate::clock::{human, ms, Stamp};
-use crate::config::LOCK_MARGIN;
 use crate::coord::Result;
 use crate::hang::marks;
 use crate::hang::model::{Marks, WorkerStatus};
@@ -108,12 +107,12 @@ impl Pipeline<'_> {
     /// the page's contents: every other gate stands. A gang member's restart reads none: no
     /// page of its own carries them (the gang's `restarting` page went out with its decision).
     pub(super) async fn logs_and_alert(&mut self) -> Result<Seen> {
+        let (ctx, act) = (self.ctx, self.act);
         // NB: not read to be dropped: a member's failed read held its restart back on the
         // gang's first failure stamp, shared by every member on every node.
         if act.order.is_some() {
             return Ok(Seen::Pass);
         }
-        let (ctx, act) = (self.ctx, self.act);
         let (d, c) = (&ctx.cfg.runtime, act.case.c);
         let call = tokio::time::timeout(d.log_timeout, ctx.runtime.logs(&c.id, d.log_lines));
         let why = match call.await {
@@ -281,21 +280,15 @@ impl Pipeline<'_> {
         Ok(Seen::Pass)
     }
 
-    /// The lock must still be ours, with room for the whole restart; checked after every slow
-    /// step so the margin covers only the writes below. Then the markers go in — *before* the
+    /// The lock must still be ours, with room for the whole restart (checked again right before
+    /// the command, after the recheck's inspect: `Step::LockCheck`). Then the markers go in — *before* the
     /// command: the booting container will look hung for a minute or more, and the detector
     /// must know that this is us. A skip: nothing will run (the pipeline gives the units
     /// back, and the claim when its write failed).
     pub(super) async fn hold_lock_and_mark(&mut self) -> Result<Seen> {
-        let Some(lease) = &self.lease else { return Ok(Seen::Skip(Skip::LockExpiring)) };
-        let needed = self.ctx.cfg.runtime.restart_timeout + LOCK_MARGIN;
-        let left = lease.left(self.ctx.coord.as_ref()).await?;
-        if !crate::coord::lease::covers(left, needed) {
-            let detail = match left {
-                Some(t) => format!("lock has {} left, {} needed", human(t), human(ms(needed))),
-                None => "lock lost (expired or taken over)".into(),
-            };
-            return self.skip(Skip::LockExpiring, detail, false).await;
+        let seen = self.lock_covers().await?;
+        if seen != Seen::Pass {
+            return Ok(seen);
         }
         if self.write_restart_markers().await? {
             return Ok(Seen::Pass);

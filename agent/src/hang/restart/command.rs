@@ -3,7 +3,7 @@
 //! backoff); and the claim written before the command, undone when the command does not run.
 
 use crate::alerts::{AlertKind, Resolve};
-use crate::clock::{brief, human, ms, Millis};
+use crate::clock::{brief, human, ms, Millis, Stamp};
 use crate::coord::{Op, Result};
 use crate::hang::context::Context;
 use crate::hang::marks::{self, MARK_TTL};
@@ -243,29 +243,44 @@ impl Pipeline<'_> {
     }
 
     /// Release the claim `write_restart_markers` made (at the pass's clock) for a restart that
-    /// will not run: our marker goes by compare-and-delete, never another instance's, and with
-    /// it our restart record and what the claim drew. After a failed write (a lost reply may hide
-    /// that the claim was made) a claim left in place would read as our own restart booting for
-    /// a cooldown and a lock TTL (the incident timer dropped), though no restart ran (simulation
-    /// seed 9006434). Best-effort: if this fails too, the claim expires.
+    /// will not run: our marker goes by compare-and-delete, never another instance's, and what
+    /// the claim wrote over or removed is put back as the cycle read it. After a failed write (a
+    /// lost reply may hide that the claim was made) a claim left in place would read as our own
+    /// restart booting for a cooldown and a lock TTL (the incident timer dropped), though no
+    /// restart ran (simulation seed 9006434). Best-effort: if this fails too, the claim expires.
     pub(super) async fn release_claim(&self) {
         let act = self.act;
         let (k, w, m) = (&self.ctx.keys, act.case.worker(), act.case.marks);
         let marker = marks::claim(self.now, &act.inc.id, act.case.c);
         let Ok(true) = self.ctx.coord.del_if_owner(&k.cooldown(w), &marker).await else { return };
-        let _ = self.ctx.coord.del(&[k.restarted(w)]).await;
-        // A restart that did not run (or failed) gives back what its claim drew: the worker's
+        // A restart that did not run (or failed) gives back what its claim drew: the last
+        // restart's record and its escalation page (the claim wrote its own record over them),
+        // the error timer (an errored worker refused for a passing reason — its container
+        // paused a moment, the lock short — must not wait `error_for` again), and the worker's
         // run of fruitless restarts as it was before the claim (best-effort: a count left too
         // high stops restarts one early, never one late), or a gang member's own line (its old
         // incarnation runs on).
-        let (key, before) = match act.order {
+        let (run_key, run) = match act.order {
             None => (k.fruitless(w), m.fruitless.as_ref().map(Fruitless::encode)),
             Some(_) => (k.gang_line(w), m.gang_line.map(|t| t.to_string())),
         };
-        let _ = match before {
-            Some(v) => self.ctx.coord.set(&key, &v, marks::FRUITLESS_TTL).await,
-            None => self.ctx.coord.del(&[key]).await,
-        };
+        // NB: the escalation page's claim is only ever read as present or not.
+        let escalated = m.escalated.then(|| Stamp::new(self.now, "restored").to_string());
+        let before = [
+            (k.restarted(w), m.restarted_at.map(|t| t.to_string()), MARK_TTL),
+            (k.escalated(w), escalated, MARK_TTL),
+            (k.error_since(w), m.error_since.map(|t| t.to_string()), MARK_TTL),
+            (run_key, run, marks::FRUITLESS_TTL),
+        ];
+        let (mut put, mut gone) = (Vec::new(), Vec::new());
+        for (key, value, ttl) in before {
+            match value {
+                Some(value) => put.push(Op::Set { key, value, ttl }),
+                None => gone.push(key),
+            }
+        }
+        let _ = self.ctx.coord.batch(&put).await;
+        let _ = self.ctx.coord.del(&gone).await;
     }
 
     /// The run of fruitless restarts as the claim leaves it. NB: counted at the claim, like the
@@ -318,7 +333,8 @@ impl Pipeline<'_> {
         // before the fruitless run was counted.
         self.ctx.coord.batch(&[record, self.claimed_run()]).await?;
         // The error timer must not survive our restart, or a record still saying `error` after
-        // the cooldown would count as errored at once instead of after `error_for`.
+        // the cooldown would count as errored at once instead of after `error_for` (a claim
+        // given back puts it back: `release_claim`).
         self.ctx.coord.del(&[k.escalated(w), k.error_since(w)]).await?;
         Ok(true)
     }

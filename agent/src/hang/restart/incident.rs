@@ -89,6 +89,11 @@ impl RestartPath<'_> {
         let marks::Decoded { incarnation: prev, cooldown: cooling, locked, .. } = read;
         let (w, seen) = (c.worker.as_str(), marks::incarnation(c));
         if prev.as_deref() == Some(seen.as_str()) {
+            // NB: its TTL refreshed with the cycle's batch (no round trip of its own): an
+            // incarnation that runs for days must not lapse from the record and read as a new
+            // one a day after it was recorded (what this agent learned of its rhythm started
+            // over, and a restart by someone else at that moment taken for none).
+            self.deferred.push((self.ctx.keys.incarnation(w), seen));
             return Ok(false);
         }
         // Ours: a restart of exactly the previous incarnation, seen through (`:done`). Claimed:

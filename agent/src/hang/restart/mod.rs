@@ -32,7 +32,7 @@
 //! Map: `evaluate` (one worker's evaluation, top to bottom: what it stands on, verdict and plan,
 //! the stage exported, the effects carried out), `incident` (timers, alerts, episodes,
 //! incarnations), `pipeline` (the state machine's one loop: decide → lock → logs → revalidate →
-//! caps → claim → recheck → command → verify), `before_command` (its steps up to the command),
+//! caps → claim → recheck → lock check → command → verify), `before_command` (its steps up to the command),
 //! `limits` (breaker and budget), `command` (the command, its verification, failure, the claim),
 //! each sending its own pages, `pager`, `pages` (the worker's pages outside the pipeline; the
 //! gang's are `gang_pages`), `gang` (a member judged with its gang), `gang_reads` (a gang read

@@ -1,14 +1,16 @@
 //! The restart pipeline, run: the steps of `crate::hang::policy_pipeline` in one loop. Each step
-//! is one call below (the steps themselves are in `before_command`, `limits` and `command`); after each,
-//! the policy's [`next`] says what follows, and a stop gives back what the policy says the pass
-//! holds. The node lock taken at `Lock` is released here, whatever happened.
+//! is one call below (the steps themselves are in `before_command`, `limits` and `command`; the
+//! lock's, taken and checked, here); after each, the policy's [`next`] says what follows, and a
+//! stop gives back what the policy says the pass holds. The node lock taken at `Lock` is released
+//! here, whatever happened.
 //!
 //! A pass is its own object, [`Pipeline`]: the incident it acts on and what it carries from one
 //! step to the next; and what its steps take — the context, the pager, the trail, what the node
 //! watches right before the command and the rules the worker is judged by — nothing else of the
 //! worker's evaluation.
 
-use crate::clock::Millis;
+use crate::clock::{human, ms, Millis};
+use crate::config::LOCK_MARGIN;
 use crate::coord::lease::Lease;
 use crate::coord::Result;
 use crate::hang::policy_pipeline::{first, next, Next, Seen, Skip, Step, Undo, Unit};
@@ -121,6 +123,9 @@ impl Pipeline<'_> {
             // in that time must stop us. What is left is the window between this inspect and
             // the command.
             Step::Recheck => self.node_and_container_checks().await,
+            // NB: after the inspect above, which may take `runtime.call_timeout`: the lock's
+            // margin must cover only the command's start, not a slow runtime's answer.
+            Step::LockCheck => self.lock_renewed().await,
             Step::Command => {
                 self.call = Some(self.command().await);
                 Ok(Seen::Pass)
@@ -161,5 +166,38 @@ impl Pipeline<'_> {
         }
         let detail = "another instance holds this node's lock; it acts, we skip".to_string();
         self.skip(Skip::LockHeld, detail, true).await
+    }
+
+    /// Right before the command, after the recheck's inspect (up to `runtime.call_timeout`, which
+    /// `safety.lock_ttl`'s minimum does not count): the lock, still ours, renewed to its full TTL
+    /// (compare-and-renew), so it covers the whole restart. `LockExpiring` when it is no longer
+    /// ours: nothing will run (the pipeline gives back what the pass holds).
+    ///
+    /// NB: read, not renewed, it refused every restart of a lock at its TTL's minimum whose
+    /// inspect took a few seconds (the simulation's learned seed 24: a hang never restarted).
+    pub(super) async fn lock_renewed(&mut self) -> Result<Seen> {
+        let Some(lease) = &self.lease else { return Ok(Seen::Skip(Skip::LockExpiring)) };
+        if lease.renew(self.ctx.coord.as_ref(), self.ctx.cfg.safety.lock_ttl).await? {
+            return Ok(Seen::Pass);
+        }
+        let detail = "lock lost (expired or taken over) before the command".to_string();
+        self.skip(Skip::LockExpiring, detail, false).await
+    }
+
+    /// The lock must still be ours, with room for the whole restart (`runtime.restart_timeout`
+    /// and [`LOCK_MARGIN`]), at the claim. `LockExpiring` otherwise: nothing will run (the
+    /// pipeline gives back what the pass holds).
+    pub(super) async fn lock_covers(&mut self) -> Result<Seen> {
+        let Some(lease) = &self.lease else { return Ok(Seen::Skip(Skip::LockExpiring)) };
+        let needed = self.ctx.cfg.runtime.restart_timeout + LOCK_MARGIN;
+        let left = lease.left(self.ctx.coord.as_ref()).await?;
+        if crate::coord::lease::covers(left, needed) {
+            return Ok(Seen::Pass);
+        }
+        let detail = match left {
+            Some(t) => format!("lock has {} left, {} needed", human(t), human(ms(needed))),
+            None => "lock lost (expired or taken over)".into(),
+        };
+        self.skip(Skip::LockExpiring, detail, false).await
     }
 }
