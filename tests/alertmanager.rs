@@ -1,7 +1,8 @@
 //! Alertmanager as a sink, against a real Alertmanager (Debian's `prometheus-alertmanager`,
 //! installed by scripts/setup.sh) on free ports: the alert appears with its labels, a second
-//! post of it is the same alert, the open alert is re-posted, and the resolve ends it; and
-//! through the `vigil` binary (real Redis and Docker), a hung worker's alert arrives and resolves.
+//! post of it is the same alert, the open alert is re-posted, and the resolve ends it (a gang's
+//! incident alert placed at no worker too); and through the `vigil` binary (real Redis and
+//! Docker), a hung worker's alert arrives and resolves.
 
 use crate::common;
 
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use vigil::alerts::alertmanager::AlertmanagerSink;
-use vigil::alerts::{Alert, AlertKind, AlertSink, Resolve};
+use vigil::alerts::{Alert, AlertKind, AlertSink, Resolve, NO_WORKER};
 
 use common::real::{free_port, require};
 
@@ -58,6 +59,11 @@ impl Alertmanager {
 
     /// The active alerts with `worker` (GET /api/v2/alerts?active=true).
     async fn active(&self, worker: &str) -> Vec<Value> {
+        self.active_where("worker", worker).await
+    }
+
+    /// The active alerts whose label `label` is `value`.
+    async fn active_where(&self, label: &str, value: &str) -> Vec<Value> {
         let all: Vec<Value> = reqwest::get(format!(
             "{}/api/v2/alerts?active=true&silenced=false&inhibited=false",
             self.url()
@@ -68,7 +74,7 @@ impl Alertmanager {
         .await
         .unwrap();
         all.into_iter()
-            .filter(|a| a["labels"]["worker"] == worker && a["status"]["state"] == "active")
+            .filter(|a| a["labels"][label] == value && a["status"]["state"] == "active")
             .collect()
     }
 }
@@ -168,6 +174,34 @@ async fn alerts_appear_deduplicate_are_reposted_and_resolve() {
     assert!(am.active("trainer-0").await.is_empty(), "not re-opened");
     assert_eq!(am.active("trainer-1").await.len(), 1, "the other worker's alert is still open");
     assert_eq!(sink.open(), 1);
+}
+
+/// An incident's alert placed at no worker (a gang's with no member to place it at) was posted
+/// once and never re-posted: Alertmanager ended it after its `resolve_timeout` while the gang was
+/// still blocked, and the gang's end resolved nothing. It is kept open (re-posted) like a
+/// worker's until its end resolves it, under `NO_WORKER`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incident_s_alert_at_no_worker_is_reposted_and_resolves() {
+    let am = Alertmanager::start();
+    let sink = AlertmanagerSink::new(&am.url(), Duration::from_secs(5), 2, Duration::from_secs(1));
+    let mut blocked = Alert::new(AlertKind::GangBlocked, "gpu-node-1", "a member's node is down");
+    (blocked.incident, blocked.gang) = (Some("g-1".into()), Some("ml/run-1/0".into()));
+    sink.send(&blocked).await.unwrap();
+    eventually("the gang's alert is active", async || {
+        am.active_where("incident", "g-1").await.len() == 1
+    })
+    .await;
+    let got = am.active_where("incident", "g-1").await.remove(0);
+    assert!(got["labels"].get("worker").is_none(), "{got}");
+    assert_eq!(got["labels"]["gang"], "ml/run-1/0");
+    let updated = got["updatedAt"].clone();
+    eventually("it is re-posted", async || {
+        am.active_where("incident", "g-1").await.iter().any(|a| a["updatedAt"] != updated)
+    })
+    .await;
+    sink.resolve("gpu-node-1", NO_WORKER, Resolve::Recovered).await;
+    eventually("its end resolves it", async || am.active_where("incident", "g-1").await.is_empty())
+        .await;
 }
 
 /// Through the `vigil` binary (real Redis and Docker): a hung worker's alerts reach Alertmanager

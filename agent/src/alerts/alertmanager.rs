@@ -4,8 +4,11 @@
 //!
 //! A worker's alert is kept open: re-posted every `alerts.alertmanager_repost` (below
 //! Alertmanager's `resolve_timeout`, 5m by default) until the engine says its condition ended,
-//! then posted once more with `endsAt` = now (resolved). An alert without a worker (breaker,
-//! budget, coordinator, runtime) is posted once and left to Alertmanager's `resolve_timeout`.
+//! then posted once more with `endsAt` = now (resolved); so is an incident's alert placed at no
+//! worker (a gang's with no member to place it at), kept under
+//! [`NO_WORKER`](crate::alerts::NO_WORKER). An alert of neither a worker nor an incident
+//! (breaker, budget, coordinator, runtime) is posted once and left to Alertmanager's
+//! `resolve_timeout`.
 //!
 //! The URL may carry credentials (`https://user:token@am/`): it is a
 //! [`Secret`](crate::redact::Secret), shown as `https://***@am/***`.
@@ -136,7 +139,7 @@ async fn repost_loop(to: Endpoint, open: Weak<OpenAlerts>, every: Duration) {
 impl AlertSink for AlertmanagerSink {
     async fn send(&self, alert: &Alert) -> Result<(), AlertError> {
         let now = SystemTime::now();
-        let starts_at = if alert.worker.is_some() {
+        let starts_at = if alert.kept_under().is_some() {
             // Kept open (re-posted) until resolved; the same labels again is the same alert,
             // its annotations updated and its start kept.
             let poisoned = |_| self.to.error(0, "alert state poisoned by a panic".into());
@@ -164,7 +167,7 @@ impl AlertSink for AlertmanagerSink {
             let Ok(mut open) = self.open.lock() else { return };
             let (ended, kept) = std::mem::take(&mut *open).into_iter().partition(|(_, o)| {
                 o.alert.node == node
-                    && o.alert.worker.as_deref() == Some(worker)
+                    && o.alert.kept_under() == Some(worker)
                     && end.covers(o.alert.kind)
             });
             *open = kept;
@@ -260,6 +263,29 @@ mod tests {
         assert_eq!(sink.open_workers("gpu-7"), ["trainer-0"]);
         assert!(sink.open_workers("gpu-8").is_empty());
         sink.resolve("gpu-7", "trainer-0", Resolve::Recovered).await;
+        assert_eq!(sink.open(), 0);
+    }
+
+    /// An incident's alert placed at no worker (a gang's with no member to place it at) was
+    /// posted once, never re-posted: Alertmanager ended it after its `resolve_timeout` while the
+    /// gang was still blocked, and the gang's end resolved nothing. It is kept open under
+    /// `NO_WORKER`, out of the roster's workers; a node-wide alert is still posted once.
+    #[tokio::test]
+    async fn an_incident_s_alert_at_no_worker_is_kept_open_until_its_end() {
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).unwrap().port();
+        let url = format!("http://127.0.0.1:{port}");
+        let sink = AlertmanagerSink::new(&url, Duration::from_secs(2), 1, Duration::from_secs(60));
+        let mut blocked = Alert::new(AlertKind::GangBlocked, "gpu-7", "a member's node is down");
+        (blocked.incident, blocked.gang) = (Some("g-1".into()), Some("ml/run-1/0".into()));
+        assert!(sink.send(&blocked).await.is_err(), "nothing listens");
+        let breaker = Alert::new(AlertKind::BreakerOpen, "gpu-7", "3 restarts today");
+        assert!(sink.send(&breaker).await.is_err(), "nothing listens");
+        assert_eq!(sink.open(), 1, "the gang's alert kept open, the node's not");
+        assert!(sink.open_workers("gpu-7").is_empty(), "{:?}", sink.open_workers("gpu-7"));
+        sink.resolve("gpu-7", "trainer-0", Resolve::Recovered).await;
+        assert_eq!(sink.open(), 1, "a worker's end is not its");
+        sink.resolve("gpu-7", crate::alerts::NO_WORKER, Resolve::Recovered).await;
         assert_eq!(sink.open(), 0);
     }
 }

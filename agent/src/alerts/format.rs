@@ -58,13 +58,13 @@ pub(crate) fn pagerduty_trigger(alert: &Alert, routing_key: &str) -> Value {
         payload["group"] = json!(j);
     }
     let mut event = json!({ "routing_key": routing_key, "event_action": "trigger" });
-    // NB: only an alert an end resolves, one of a worker or of an incident, has a key of ours
-    // (a gang's alert with no member to place it at is on its incident's keys: it ends with
-    // them, not an alert of its own that nothing resolves). No end resolves a node-wide one
-    // (coordinator-down, breaker-open…): on a fixed key its alert stayed open for ever, and the
-    // next outage joined it without notifying anyone. Without a `dedup_key` PagerDuty makes one
-    // per event: each occurrence pages.
-    if alert.worker.is_some() || alert.incident.is_some() {
+    // NB: only an alert an end resolves, one the sink keeps (of a worker or of an incident:
+    // `Alert::kept_under`), has a key of ours (a gang's alert with no member to place it at is
+    // on its incident's keys, kept under no worker: it ends with its incident). No end resolves
+    // a node-wide one (coordinator-down, breaker-open…): on a fixed key its alert stayed open
+    // for ever, and the next outage joined it without notifying anyone. Without a `dedup_key`
+    // PagerDuty makes one per event: each occurrence pages.
+    if alert.kept_under().is_some() {
         event["dedup_key"] = json!(dedup_key(alert));
     }
     event["payload"] = payload;

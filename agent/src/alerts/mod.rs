@@ -152,10 +152,28 @@ pub struct Alert {
     pub(crate) dry_run: bool,
 }
 
+/// The worker name an incident's alert placed at no worker (a gang's, with no member to place it
+/// at) is kept open under by the sinks that keep alerts open, and resolved under by the engine
+/// ([`AlertSink::resolve`]). NB: empty, so never a worker's id (1–128 characters), and never
+/// among a sink's `open_workers`: the roster does not end it, its incident does.
+pub const NO_WORKER: &str = "";
+
 impl Alert {
     pub fn new(kind: AlertKind, node: &str, detail: impl Into<String>) -> Alert {
         let (node, detail, page) = (node.to_string(), detail.into(), kind.is_page());
         Alert { kind, node, detail, page, ..Default::default() }
+    }
+
+    /// The worker a sink that keeps alerts open keeps this one under, for the end that resolves
+    /// it: its own, or [`NO_WORKER`] for an incident's alert placed at no worker. None for a
+    /// node-wide alert (neither a worker nor an incident: `coordinator-down`, `breaker-open`…),
+    /// which no end resolves.
+    pub(crate) fn kept_under(&self) -> Option<&str> {
+        match (self.worker.as_deref(), &self.incident) {
+            (Some(w), _) => Some(w),
+            (None, Some(_)) => Some(NO_WORKER),
+            (None, None) => None,
+        }
     }
 
     /// The one-line human summary (also the log line).
@@ -340,11 +358,13 @@ impl Resolve {
 pub trait AlertSink: Send + Sync {
     async fn send(&self, alert: &Alert) -> Result<(), AlertError>;
 
-    /// The condition behind `worker`'s alerts on `node` ended. Sinks that keep alerts open
-    /// (Alertmanager) resolve them; the others have nothing to do.
+    /// The condition behind `worker`'s alerts on `node` ended ([`NO_WORKER`]: the incident
+    /// alerts placed at no worker there). Sinks that keep alerts open (Alertmanager, PagerDuty)
+    /// resolve them; the others have nothing to do.
     async fn resolve(&self, _node: &str, _worker: &str, _end: Resolve) {}
 
-    /// The workers of `node` with alerts kept open here (none for sinks that keep none).
+    /// The workers of `node` with alerts kept open here (none for sinks that keep none), never
+    /// [`NO_WORKER`].
     fn open_workers(&self, _node: &str) -> Vec<String> {
         Vec::new()
     }

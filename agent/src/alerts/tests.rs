@@ -201,16 +201,23 @@ async fn the_end_of_an_incident_resolves_its_warning_and_its_page() {
 /// posted, for `end` of worker `trainer-0` after it sent an alert of incident `inc-1` of each of
 /// `kinds`; at least one.
 async fn resolves_after(kinds: &[AlertKind], end: Resolve) -> Vec<String> {
+    let alerts: Vec<Alert> = kinds.iter().map(|k| of_incident(*k)).collect();
+    resolves_of(&alerts, "trainer-0", end).await
+}
+
+/// The `dedup_key`s a fresh PagerDuty sink resolves, in the order posted, for `end` of `worker`
+/// on `gpu-7` after it sent `alerts`; at least one.
+async fn resolves_of(alerts: &[Alert], worker: &str, end: Resolve) -> Vec<String> {
     let (url, got) = receiver().await;
     let pd = WebhookSink::new(&url, "", Duration::from_secs(2), 1)
         .with_format(crate::config::WebhookFormat::Pagerduty, "rk");
-    for kind in kinds {
-        pd.send(&of_incident(*kind)).await.unwrap();
+    for alert in alerts {
+        pd.send(alert).await.unwrap();
     }
-    pd.resolve("gpu-7", "trainer-0", end).await;
+    pd.resolve("gpu-7", worker, end).await;
     // NB: resolves are posted in the background (`Endpoint::post_later`), one after another.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while got.lock().unwrap().len() <= kinds.len() && tokio::time::Instant::now() < deadline {
+    while got.lock().unwrap().len() <= alerts.len() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -234,6 +241,35 @@ async fn an_incident_s_end_resolves_the_pages_a_restarted_agent_never_saw() {
     let stalled = [AlertKind::Stalled];
     let episode = resolves_after(&stalled, Resolve::Episode(AlertKind::Stalled)).await;
     assert_eq!(episode, ["vigil/inc-1"]);
+}
+
+/// The reverse: the agent restarted after its `hung` went out (on `vigil/inc-1`), and its first
+/// alert of the incident was a page (a failed restart, on `vigil/inc-1/restart-failed`): the end
+/// resolved that page alone, and the incident's own key stayed open for ever. The end resolves
+/// every key of the incident it covers, whichever this agent sent.
+#[tokio::test]
+async fn an_incident_s_end_resolves_its_own_key_after_a_page_alone() {
+    let failed = [AlertKind::RestartFailed];
+    assert_eq!(resolves_after(&failed, Resolve::Recovered).await, INC_1_KEYS);
+    let cleared: Vec<_> = INC_1_KEYS.into_iter().filter(|k| !k.ends_with("/escalation")).collect();
+    assert_eq!(resolves_after(&failed, Resolve::IncidentCleared).await, cleared);
+}
+
+/// An incident's alert placed at no worker (a gang's with no member to place it at) was on its
+/// incident's keys but never kept: its end resolved nothing, and it stayed open for ever. It is
+/// kept under `NO_WORKER` (not a worker of the roster, which would end it as gone), and its
+/// incident's end resolves it, with the incident's other keys.
+#[tokio::test]
+async fn an_incident_s_alert_at_no_worker_is_resolved_with_its_incident() {
+    let mut blocked = of_incident(AlertKind::GangBlocked);
+    (blocked.worker, blocked.gang) = (None, Some("ml/run-1/0".into()));
+    let (url, _got) = receiver().await;
+    let pd = WebhookSink::new(&url, "", Duration::from_secs(2), 1)
+        .with_format(crate::config::WebhookFormat::Pagerduty, "rk");
+    pd.send(&blocked).await.unwrap();
+    assert!(pd.open_workers("gpu-7").is_empty(), "{:?}", pd.open_workers("gpu-7"));
+    let alone = std::slice::from_ref(&blocked);
+    assert_eq!(resolves_of(alone, NO_WORKER, Resolve::Recovered).await, INC_1_KEYS);
 }
 
 /// A gang's alert with an incident but no member to place it at (no member records) had no

@@ -12,7 +12,7 @@ use strum::VariantArray;
 
 use super::format::{dedup_key, incident_key, json_body, page_key};
 use super::format::{pagerduty_resolve, pagerduty_trigger};
-use super::{Alert, AlertError, AlertKind, AlertSink, Endpoint, Resolve};
+use super::{Alert, AlertError, AlertKind, AlertSink, Endpoint, Resolve, NO_WORKER};
 use crate::config::WebhookFormat;
 use crate::redact::{Hidden, Secret};
 
@@ -25,8 +25,9 @@ pub struct WebhookSink {
     format: WebhookFormat,
     routing_key: Secret<Hidden>,
     /// PagerDuty: the open events of each worker, (node, worker) → its events, resolved when
-    /// the condition ends. In memory only: an agent restarted since a page resolves the page
-    /// with its incident's own key, that of the incident's other alerts (`ended_keys`).
+    /// the condition ends; an incident's events placed at no worker under [`NO_WORKER`]. In
+    /// memory only: an agent restarted since an alert of an incident resolves it with any other
+    /// alert of that incident it sent (`ended_keys`).
     open: std::sync::Mutex<OpenEvents>,
 }
 
@@ -44,25 +45,27 @@ struct Open {
 type OpenEvents = BTreeMap<(String, String), Vec<Open>>;
 
 /// The dedup keys `end` resolves of `node`'s `worker`, sorted, its events taken out of `open`:
-/// those of the events it covers, less the keys an event it does not cover still uses; with an
-/// incident's own key (`incident_key`) so resolved, the key of each of the incident's pages
-/// `end` covers (`page_key`), triggered here or not.
+/// those of the events it covers and, for the incident of each, every key of that incident of a
+/// kind `end` covers (`incident_key`, `page_key`), triggered here or not; less the keys an
+/// event it does not cover still uses.
 fn ended_keys(open: &mut OpenEvents, node: &str, worker: &str, end: Resolve) -> BTreeSet<String> {
     let id = (node.to_string(), worker.to_string());
     let Some(events) = open.get_mut(&id) else { return BTreeSet::new() };
     let ended: Vec<Open> = events.extract_if(.., |e| end.covers(e.kind)).collect();
     let mut keys: BTreeSet<String> = ended.iter().map(|e| e.key.clone()).collect();
-    keys.retain(|d| !events.iter().any(|e| e.key == *d));
-    let incidents = ended.iter().filter_map(|e| e.incident.as_deref());
-    let resolved: BTreeSet<&str> = incidents.filter(|i| keys.contains(&incident_key(i))).collect();
-    for inc in resolved {
-        // NB: the map is in memory: after an agent restart (a rollout) between a page and the
-        // end, only the incident's later alerts are in it (`restarting`, on the incident's
-        // key), and the page (`vigil/<incident>/restart-failed`) stayed open for ever. PagerDuty
-        // ignores a resolve of a key it does not have: each page kind the end covers goes too.
-        let pages = AlertKind::VARIANTS.iter().filter(|k| k.is_page() && end.covers(**k));
-        keys.extend(pages.map(|k| page_key(inc, *k)));
+    let incidents: BTreeSet<&str> = ended.iter().filter_map(|e| e.incident.as_deref()).collect();
+    for inc in incidents {
+        // NB: the map is in memory: after an agent restart (a rollout) it holds only what this
+        // process sent of the incident. A `restarting` alone (on `vigil/<incident>`) left the
+        // page before it (`vigil/<incident>/restart-failed`) open for ever; a page alone, the
+        // `hung` before it. PagerDuty ignores a resolve of a key it does not have: each goes.
+        let covered = AlertKind::VARIANTS.iter().filter(|k| end.covers(**k));
+        keys.extend(covered.map(|k| match k.is_page() {
+            true => page_key(inc, *k),
+            false => incident_key(inc),
+        }));
     }
+    keys.retain(|d| !events.iter().any(|e| e.key == *d));
     if events.is_empty() {
         open.remove(&id);
     }
@@ -104,9 +107,9 @@ impl WebhookSink {
 #[async_trait]
 impl AlertSink for WebhookSink {
     async fn send(&self, alert: &Alert) -> Result<(), AlertError> {
-        if let (WebhookFormat::Pagerduty, Some(w)) = (self.format, &alert.worker) {
+        if let (WebhookFormat::Pagerduty, Some(w)) = (self.format, alert.kept_under()) {
             if let Ok(mut open) = self.open.lock() {
-                let events = open.entry((alert.node.clone(), w.clone())).or_default();
+                let events = open.entry((alert.node.clone(), w.to_string())).or_default();
                 let key = dedup_key(alert);
                 let event = Open { kind: alert.kind, incident: alert.incident.clone(), key };
                 if !events.contains(&event) {
@@ -124,13 +127,14 @@ impl AlertSink for WebhookSink {
 
     fn open_workers(&self, node: &str) -> Vec<String> {
         let Ok(open) = self.open.lock() else { return Vec::new() };
-        open.keys().filter(|(n, _)| n == node).map(|(_, w)| w.clone()).collect()
+        let workers = open.keys().filter(|(n, w)| n == node && w != NO_WORKER);
+        workers.map(|(_, w)| w.clone()).collect()
     }
 
     /// PagerDuty: resolve the events the end covers (one per dedup key, in key order: an
     /// incident's pages have a key each, its other alerts share one, `dedup_key`); a dedup key
-    /// still used by an alert the end does not cover stays open. With an incident's own key go
-    /// those of its pages the end covers, seen here or not (`ended_keys`).
+    /// still used by an alert the end does not cover stays open. With an incident's alert go
+    /// the keys of every kind of that incident the end covers, seen here or not (`ended_keys`).
     async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
         if self.format != WebhookFormat::Pagerduty {
             return;

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use crate::alerts::gate::{AlertGate, Owed};
-use crate::alerts::{Alert, AlertKind, Resolve};
+use crate::alerts::{Alert, AlertKind, Resolve, NO_WORKER};
 use crate::clock::{human, Millis};
 use crate::coord::Result;
 use crate::hang::context::Context;
@@ -95,12 +95,13 @@ impl<'a> Pager<'a> {
         sent
     }
 
-    /// A gang alert this agent sends (or owes): resolved by it when its incident closes.
+    /// A gang alert this agent sends (or owes): resolved by it when its incident closes, under
+    /// the worker the sinks keep it under (its incident's placed at no member: [`NO_WORKER`]).
     fn remember(&mut self, at: Unit, alert: &Alert) {
-        if let (Unit::Gang, Some(gang), Some(w)) = (at, &alert.gang, &alert.worker) {
+        if let (Unit::Gang, Some(gang), Some(w)) = (at, &alert.gang, alert.kept_under()) {
             let sent = self.sent.entry(gang.clone()).or_default();
             if !sent.iter().any(|(n, x)| *n == alert.node && x == w) {
-                sent.push((alert.node.clone(), w.clone()));
+                sent.push((alert.node.clone(), w.to_string()));
             }
         }
     }
@@ -117,11 +118,11 @@ impl<'a> Pager<'a> {
         let sent = self.sent.remove(gang).unwrap_or_default();
         let here = self.ctx.keys.node().to_string();
         // NB: a member that is fine ends the alerts placed at itself, and the gang's placed at
-        // other nodes (the gang moves again); not those at its siblings on this node (a
-        // straggler's page), which their own evaluation ends.
-        let (ended, kept): (Vec<_>, Vec<_>) = sent
-            .into_iter()
-            .partition(|(node, worker)| fine.is_none_or(|w| *node != here || worker == w));
+        // other nodes or at no member (the gang moves again); not those at its siblings on this
+        // node (a straggler's page), which their own evaluation ends.
+        let (ended, kept): (Vec<_>, Vec<_>) = sent.into_iter().partition(|(node, worker)| {
+            fine.is_none_or(|w| *node != here || worker == w || worker == NO_WORKER)
+        });
         if !kept.is_empty() {
             self.sent.insert(gang.to_string(), kept);
         }
@@ -183,7 +184,8 @@ impl<'a> Pager<'a> {
         a
     }
 
-    /// An alert about the gang, placed at `first` (the member to look at).
+    /// An alert about the gang, placed at `first` (the member to look at); with none, at no
+    /// worker of this node (an incident's is remembered and resolved under [`NO_WORKER`]).
     pub(super) fn gang_alert(
         &self,
         kind: AlertKind,
@@ -203,5 +205,52 @@ impl<'a> Pager<'a> {
         a.gang_members = (!members.is_empty()).then_some(members.len() as u32);
         a.dry_run = self.ctx.cfg.dry_run;
         a
+    }
+}
+
+#[cfg(test)]
+#[cfg(feature = "demo")] // NB: the recording sink and the fake runtime are the demo's.
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::alerts::Notifier;
+    use crate::clock::FakeClock;
+    use crate::config::Config;
+    use crate::coord::memory::MemoryCoordinator;
+    use crate::coord::Keys;
+    use crate::metrics::Metrics;
+    use crate::recording::RecordingSink;
+    use crate::runtime::sim::FakeRuntime;
+
+    /// A gang's page of an incident with no member to place it at (none of the gang's view
+    /// stopped) is on its incident's keys, but was never remembered: no end resolved it, and in
+    /// PagerDuty it stayed open for ever. It is resolved under `NO_WORKER` when its incident
+    /// closes here, or when this agent's member is fine again (the gang moves again).
+    #[tokio::test]
+    async fn a_gang_page_at_no_member_is_resolved_with_its_gang() {
+        let (sink, metrics) = (RecordingSink::default(), Arc::new(Metrics::new()));
+        let ctx = Context {
+            cfg: Config { node_name: "gpu-1".into(), ..Config::default() },
+            keys: Keys::new("vigil", "gpu-1"),
+            coord: Arc::new(MemoryCoordinator::new(Arc::new(FakeClock::at(1_000_000)))),
+            runtime: Arc::new(FakeRuntime::default()),
+            notifier: Notifier::new(Some(Arc::new(sink.clone())), metrics.clone()),
+            metrics,
+        };
+        let (mut gate, mut sent) = (AlertGate::new("a"), Sent::default());
+        let g = Gang { id: "ml/run-1".into(), size: Some(4) };
+        // The incident closes here (`None`); this agent's member is fine again.
+        for fine in [None, Some("trainer-0")] {
+            let mut pager = Pager::new(&ctx, &mut gate, &mut sent);
+            let mut a = pager.gang_alert(AlertKind::GangBlocked, &g, &[], None, "blocked".into());
+            a.incident = Some("g-1".into());
+            let key = format!("blocked-{fine:?}");
+            assert!(pager.page_once(&key, MARK_TTL, a, Unit::Gang, 1_000_000).await.unwrap());
+            pager.resolve_gang_alerts(&g.id, fine).await;
+        }
+        assert_eq!(sink.count(AlertKind::GangBlocked), 2);
+        assert_eq!(sink.resolved(), vec![(NO_WORKER.to_string(), Resolve::Recovered); 2]);
+        assert!(sent.is_empty(), "nothing left to resolve");
     }
 }
