@@ -11,8 +11,8 @@ use fake_gpu::FakeGpu;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use vigil::accel::clock_ms;
-use vigil::accel::gpu::model::RemappedRows;
 use vigil::accel::gpu::model::{GpuHealth, GpuMonitorState, GpuReport};
+use vigil::accel::gpu::model::{RecoveryAction, RemappedRows};
 use vigil::accel::gpu::monitor::spawn_monitor;
 use vigil::accel::gpu::nvml::{GpuError, NvmlProbe};
 use vigil::accel::gpu::policy::{evidence, worker_on_failed_gpu};
@@ -312,6 +312,34 @@ fn a_storm_of_one_xid_is_one_episode() {
         r.gpu("0").is_some_and(|g| g.xid_counts.get(&13) == Some(&5010))
     });
     assert_eq!(r.begun.len(), 1, "still the same episode");
+    m.stop();
+}
+
+/// XID batches through the monitor loop (`follow`), between samples an hour apart: each batch
+/// is folded in and published as it arrives, no batch counts a GPU absent from the last sample
+/// again, and XID 154 (the driver changed its recovery action) brings the next sample forward.
+#[test]
+fn xid_batches_between_samples_fold_in_at_once_and_154_brings_the_sample_forward() {
+    let m = Monitor::start_with(GpuConfig { sample_interval: Duration::from_secs(3600), ..cfg() });
+    let sampled = m.fake.samples_taken();
+    // GPU 1 falls off the bus after the first sample; the driver now asks for a reset of GPU 0.
+    m.fake.remove_gpu(1);
+    m.fake.set_recovery_action(0, RecoveryAction::GpuReset);
+    for n in 1..=5 {
+        m.fake.inject_xids(0, 13, 2);
+        let r = m.wait_for("the batch counted", |r| {
+            r.gpu("0").is_some_and(|g| g.xid_counts.get(&13) == Some(&(2 * n)))
+        });
+        let gone = r.gpu("1").expect("GPU 1 as last sampled");
+        assert!(!gone.missing && gone.missing_rounds == 0, "batch {n}: {gone:#?}");
+        assert_eq!(r.node, GpuHealth::Healthy, "batch {n}: {:?}", r.node_reasons);
+    }
+    assert_eq!(m.fake.samples_taken(), sampled, "no batch reads the GPUs");
+    m.fake.inject_xid(0, 154);
+    let r = m.wait_health("GPU 0 failed at the next sample", "0", GpuHealth::Failed);
+    assert!(has_reason(&r, "the driver asks for NVML_GPU_RECOVERY_ACTION_GPU_RESET"), "{r:#?}");
+    let gone = r.gpu("1").expect("GPU 1 as last sampled");
+    assert_eq!((gone.missing, gone.missing_rounds), (false, 1), "one sample without it");
     m.stop();
 }
 

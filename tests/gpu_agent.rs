@@ -4,6 +4,7 @@
 
 use crate::common;
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,14 +13,17 @@ use common::fakes::{FakeRuntime, RecordingNodeApi, RecordingSink};
 use common::fleet::Fleet;
 use common::real::eventually_every;
 use common::wiring::{trail_decisions, write_record};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use vigil::accel::gpu::model::GpuReport;
-use vigil::accel::gpu::monitor::spawn_monitor;
+use vigil::accel::gpu::model::{GpuHealth, GpuReport, RemappedRows};
+use vigil::accel::gpu::monitor::{spawn_monitor, spawn_monitor_with};
+use vigil::accel::gpu::state::StateStore;
 use vigil::alerts::{AlertKind, Notifier};
 use vigil::coord::{Coordinator, Keys};
 use vigil::cycle::agent::Agent;
 use vigil::hang::policy::Verdict;
 use vigil::metrics::Metrics;
+use vigil::node::controller::Controller;
 
 struct Rig {
     gpu: FakeGpu,
@@ -371,4 +375,195 @@ async fn a_wedged_driver_is_one_event_an_unknown_health_and_never_stops_the_cycl
     r.gpu.wedge(false);
     assert!(eventually(|| r.gpu_label().as_deref() == Some("failed")).await);
     assert_eq!(hung(), 1, "reported once");
+}
+
+/// One agent process's GPU side on the node whose GPU state file and boot id are in `dir`: the
+/// real monitor on `gpu`, keeping its failures in the state file, and the node controller of a
+/// fresh `gpu-1` (its own Node, Events and alerts recorded), following the monitor from
+/// [`Process::control`].
+struct Process {
+    rx: watch::Receiver<GpuReport>,
+    node: RecordingNodeApi,
+    sink: RecordingSink,
+    metrics: Arc<Metrics>,
+    controller: Option<Controller>,
+    stop: CancellationToken,
+    monitor: Option<std::thread::JoinHandle<()>>,
+    controlling: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Process {
+    /// The monitor started; the controller not yet.
+    fn monitor(dir: &Path, gpu: &FakeGpu) -> Process {
+        let file = dir.join("gpu-state.json");
+        let state_file = file.display().to_string();
+        let mut fleet = Fleet::builder()
+            .node("gpu-1")
+            .system_clock()
+            .controllers()
+            .unvalidated()
+            .config(move |_, cfg| {
+                cfg.gpu.sample_interval = Duration::from_millis(50);
+                cfg.gpu.taint_on_failure = true;
+                cfg.gpu.state_file = state_file.clone();
+            })
+            .build();
+        let mut node = fleet.nodes.remove(0);
+        let store = StateStore::new(file, &dir.join("boot_id"));
+        let (tx, rx) = watch::channel(GpuReport::default());
+        let stop = CancellationToken::new();
+        let probe = Box::new(gpu.clone());
+        let cfg = node.cfg.gpu.clone();
+        let monitor = spawn_monitor_with(probe, cfg, Some(store), None, tx, stop.clone())
+            .expect("a monitor thread");
+        let notifier = Notifier::new(Some(Arc::new(fleet.sink.clone())), node.metrics.clone());
+        let controller = node.controller.take().map(|c| c.with_notifier(notifier));
+        Process {
+            rx,
+            node: node.node_api,
+            sink: fleet.sink,
+            metrics: node.metrics,
+            controller,
+            stop,
+            monitor: Some(monitor),
+            controlling: None,
+        }
+    }
+
+    /// The monitor and the controller, started together as the agent starts them.
+    fn start(dir: &Path, gpu: &FakeGpu) -> Process {
+        let mut p = Process::monitor(dir, gpu);
+        p.control();
+        p
+    }
+
+    /// Start the node controller, on the monitor's reports as they stand.
+    fn control(&mut self) {
+        let controller = self.controller.take().expect("one controller per process");
+        // No metadata watcher (not on GCE): its channel closed.
+        let (_, meta_rx) = watch::channel(Default::default());
+        let (gpu_rx, term) = (self.rx.clone(), CancellationToken::new());
+        let run = controller.run(meta_rx, gpu_rx, term, self.stop.clone());
+        self.controlling = Some(tokio::spawn(run));
+    }
+
+    fn gpu_label(&self) -> Option<String> {
+        self.node.last().labels.get("vigil.dev/gpu-health").cloned().flatten()
+    }
+
+    fn failed_events(&self) -> usize {
+        self.node.reasons().iter().filter(|e| *e == "VigilGpuFailed").count()
+    }
+
+    /// The agent stops: its controller, then its monitor.
+    async fn end(mut self) {
+        self.stop.cancel();
+        if let Some(c) = self.controlling.take() {
+            c.await.expect("the controller panicked");
+        }
+        if let Some(m) = self.monitor.take() {
+            m.join().expect("the monitor thread panicked");
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// A node's GPU state directory: its boot id, and room for the state file.
+fn node_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("boot_id"), "boot-1\n").unwrap();
+    dir
+}
+
+fn state_text(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("gpu-state.json")).unwrap_or_default()
+}
+
+/// The agent started again on `dir` (a rollout): the Node shows the GPUs failed, with no
+/// `VigilGpuFailed` Event nor page; `temperature` marks a later report, by which the controller
+/// is done with its first verdict's.
+async fn restarted_quietly(dir: &Path, gpu: &FakeGpu, temperature: u32) -> Process {
+    let p = Process::start(dir, gpu);
+    assert!(eventually(|| p.gpu_label().as_deref() == Some("failed")).await);
+    gpu.set_temperature(0, temperature);
+    let gpu0 = "gpu=\"0\",uuid=\"GPU-aaaa\"";
+    let later = format!("vigil_gpu_temperature_celsius{{{gpu0}}} {temperature}");
+    assert!(eventually(|| common::has_sample(&p.metrics.encode(), &later)).await);
+    assert_eq!(p.failed_events(), 0, "{:?}", p.node.reasons());
+    assert_eq!(p.sink.count(AlertKind::GpuFailed), 0, "{:?}", p.sink.kinds());
+    p
+}
+
+/// An agent restart sends no second `VigilGpuFailed` Event, and no second page, for a failure
+/// its Events already said: one read again from the GPU at every start (a row remapping that
+/// failed), and an XID's, kept in the state file.
+#[tokio::test]
+async fn an_agent_restart_does_not_announce_a_known_gpu_failure_again() {
+    let dir = node_dir();
+    let gpu = FakeGpu::new();
+    gpu.add_gpu(0, "GPU-aaaa");
+    gpu.add_gpu(1, "GPU-bbbb");
+    gpu.set_remap(1, RemappedRows { failure: true, ..RemappedRows::default() });
+    let p = Process::start(dir.path(), &gpu);
+    let announced = || p.failed_events() == 1 && p.sink.count(AlertKind::GpuFailed) == 1;
+    assert!(eventually(announced).await, "{:?}", p.node.reasons());
+    // Kept: the node's last Event said `failed`.
+    let said = || state_text(dir.path()).contains("\"announced\": \"failed\"");
+    assert!(eventually(said).await, "{}", state_text(dir.path()));
+    p.end().await;
+
+    let p = restarted_quietly(dir.path(), &gpu, 41).await;
+    // An XID fails the other GPU too: the node was failed already, no Event either.
+    gpu.inject_xid(0, 79);
+    assert!(eventually(|| state_text(dir.path()).contains("GPU-aaaa")).await);
+    assert_eq!(p.failed_events(), 0, "{:?}", p.node.reasons());
+    p.end().await;
+
+    restarted_quietly(dir.path(), &gpu, 42).await.end().await;
+}
+
+/// A failure written to the state file before its Event went out (the agent stopped first, or
+/// its controller did) is announced by the agent that starts next: an Event and a page.
+#[tokio::test]
+async fn a_gpu_failure_not_yet_announced_is_announced_after_a_restart() {
+    let dir = node_dir();
+    let gpu = FakeGpu::new();
+    gpu.add_gpu(0, "GPU-aaaa");
+    let p = Process::monitor(dir.path(), &gpu);
+    gpu.inject_xid(0, 79);
+    assert!(eventually(|| state_text(dir.path()).contains("GPU-aaaa")).await);
+    p.end().await;
+
+    let p = Process::start(dir.path(), &gpu);
+    assert!(eventually(|| p.failed_events() == 1).await, "{:?}", p.node.reasons());
+    assert!(eventually(|| p.sink.count(AlertKind::GpuFailed) == 1).await, "{:?}", p.sink.kinds());
+    assert_eq!(p.gpu_label().as_deref(), Some("failed"));
+    p.end().await;
+}
+
+/// A failure the monitor published before the node controller started (one in its first
+/// sample) is a change: an Event and a page, not taken silently as the start.
+#[tokio::test]
+async fn a_gpu_failure_published_before_the_controller_starts_is_announced() {
+    let dir = node_dir();
+    let gpu = FakeGpu::new();
+    gpu.add_gpu(0, "GPU-aaaa");
+    let mut p = Process::monitor(dir.path(), &gpu);
+    gpu.inject_xid(0, 79);
+    let rx = p.rx.clone();
+    let failed = || {
+        let r = rx.borrow();
+        r.monitoring() && r.node == GpuHealth::Failed
+    };
+    assert!(eventually(failed).await);
+    p.control();
+    assert!(eventually(|| p.failed_events() == 1).await, "{:?}", p.node.reasons());
+    assert!(eventually(|| p.sink.count(AlertKind::GpuFailed) == 1).await, "{:?}", p.sink.kinds());
+    assert_eq!(p.gpu_label().as_deref(), Some("failed"));
+    p.end().await;
 }

@@ -386,6 +386,48 @@ async fn a_kept_failure_holds_while_nvml_does_not_load() {
     finish(thread).await;
 }
 
+/// `gpu.enabled = auto`: GPUs not seen for a while — at start-up, or in the middle of the wait
+/// for the driver (a driver reloading takes its device files away) — are no proof that the
+/// failed one is fine: the failures kept hold (the Node keeps its taint, the worker stays stood
+/// down) until NVML reads the GPUs again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kept_failure_holds_while_the_gpus_are_not_seen() {
+    let node = Node::new();
+    let fake = two_gpus();
+    let a = node.agent(&fake);
+    a.wait_for("both sampled", sampled);
+    fake.inject_xid(0, 79);
+    a.wait_for("written", |_| node.state_text().contains(UUID0));
+    a.stop();
+
+    // The agent restarts while no GPU is seen; then one is, but NVML does not load.
+    let warnings = Warnings::default();
+    let (tx, rx) = watch::channel(GpuReport::default());
+    let stop = CancellationToken::new();
+    let loader = late_loader(u32::MAX, fake, Arc::new(AtomicU32::new(0)));
+    let opts = options(node.dir.path(), &warnings);
+    let start = spawn_start(&cfg(&node.state_file()), Box::new(loader), opts, tx, stop.clone());
+    let held = |r: &GpuReport| {
+        r.failures_known()
+            && worker_on_failed_gpu(r, Some(&["0".to_string()]))
+            && !worker_on_failed_gpu(r, Some(&["1".to_string()]))
+    };
+    let r = wait_for(&rx, "no GPU seen", |r| r.state == GpuMonitorState::NoGpu);
+    assert!(held(&r), "{r:#?}");
+    let dev = node.dir.path().join("dev");
+    std::fs::create_dir_all(&dev).unwrap();
+    std::fs::write(dev.join("nvidia0"), "").unwrap();
+    let r = wait_for(&rx, "waiting", |r| r.state == GpuMonitorState::WaitingForDriver);
+    assert!(held(&r), "{r:#?}");
+    // The driver reloads: its device files are gone a moment.
+    std::fs::remove_file(dev.join("nvidia0")).unwrap();
+    let r = wait_for(&rx, "no GPU seen again", |r| r.state == GpuMonitorState::NoGpu);
+    assert!(held(&r), "{r:#?}");
+    assert_eq!(r.node, GpuHealth::Failed, "{:?}", r.node_reasons);
+    stop.cancel();
+    finish(start).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_without_gpus_is_not_waited_on_until_one_shows() {
     let host = tempfile::tempdir().unwrap();

@@ -467,11 +467,13 @@ impl Controller {
         node_rx: Option<&mut NodeInfoRx>,
         rounds: &mut Rounds,
     ) {
+        // NB: seeded with the monitor's start, not with what the channel holds: a verdict the
+        // monitor published before this controller looked (a failure in its first sample) is a
+        // change like any other, shown at once and applied (the trail, an Event, a page) once
+        // the rest of the Node is in line.
         let gpu = gpu_rx.borrow_and_update().clone();
-        self.gpu_seen = Some(tokio::time::Instant::now());
-        self.note_cleared(&gpu).await;
-        self.gpu.seed(gpu.clone(), &self.metrics);
-        self.node.view.gpu = gpu;
+        self.gpu.seed(GpuReport::default(), &self.metrics);
+        self.node.view.gpu = gpu.clone();
         // A report only once the monitor has published one (see `NodeView::tpu`).
         if let Some(tpu_rx) = tpu_rx.filter(|r| r.has_changed().unwrap_or(false)) {
             let tpu = tpu_rx.borrow_and_update().clone();
@@ -489,6 +491,7 @@ impl Controller {
         } else {
             self.transition(first, rounds).await;
         }
+        self.apply_gpu(gpu).await;
     }
 }
 

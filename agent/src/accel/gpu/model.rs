@@ -3,6 +3,7 @@
 //! per-XID classes in `crate::accel::gpu::policy_xid`.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 use strum::{IntoStaticStr, VariantArray};
@@ -305,6 +306,53 @@ pub struct GpuReport {
     /// The NVML call that has not returned within `gpu.call_deadline` (state
     /// [`GpuMonitorState::NvmlHung`]), e.g. `reading the GPUs for 31s`.
     pub hung: Option<String>,
+    /// What the node's GPU Events have said, kept across agent restarts.
+    pub told: Told,
+}
+
+/// What the node's GPU Events have said: the health of the last one (none said is healthy:
+/// a GPU is healthy until told otherwise). Kept in `gpu.state_file`, so that a restarted
+/// agent's first verdict is an Event only when it says something else
+/// (`crate::accel::gpu::policy_node::announced`): a failure written before its Event went out
+/// is announced after the restart, one announced is not announced again.
+#[derive(Debug, Clone, Default)]
+pub struct Told {
+    /// What they said before this agent started, read from the state file; `None` when not
+    /// known (no state file, or one that cannot be read).
+    pub(crate) before: Option<GpuHealth>,
+    /// What they said since: set by the node controller as it shows each verdict, written to
+    /// the state file by the monitor. One per monitor, shared by every clone of its reports.
+    since: Arc<Mutex<Option<GpuHealth>>>,
+}
+
+impl Told {
+    /// What the state file says the Events said before this agent started.
+    pub(crate) fn restored(before: Option<GpuHealth>) -> Told {
+        Told { before, since: Arc::default() }
+    }
+
+    /// The node controller showed a verdict of `health`: its Event, if one was due, went out.
+    pub(crate) fn said(&self, health: GpuHealth) {
+        *self.lock() = Some(health);
+    }
+
+    /// What the last Event said: since this agent started, else before.
+    pub(crate) fn last(&self) -> Option<GpuHealth> {
+        let since = *self.lock();
+        since.or(self.before)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<GpuHealth>> {
+        self.since.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// NB: what was said since is shared state, not part of a report's value: two reports are the
+/// same whatever it holds (a report is published again only when its verdict changes).
+impl PartialEq for Told {
+    fn eq(&self, other: &Told) -> bool {
+        self.before == other.before
+    }
 }
 
 impl GpuReport {

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::accel::clock_ms;
-use crate::accel::gpu::model::{GpuMonitorState, GpuReport, GpuSample, XidEvent};
+use crate::accel::gpu::model::{GpuMonitorState, GpuReport, GpuSample, Told, XidEvent};
 use crate::accel::gpu::nvml::GpuProbe;
 use crate::accel::gpu::policy::{rejudge, update, update_xids};
 use crate::accel::gpu::policy_episode::ended;
@@ -88,12 +88,14 @@ pub fn spawn_monitor_with(
     tx: watch::Sender<GpuReport>,
     stop: CancellationToken,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
-    let run = move || run_monitor(probe, &cfg, Kept::open(store, &cfg), &tx, &stop, kubelet);
+    let kept = Kept::open(store, &cfg);
+    tx.send_replace(kept.before_nvml(GpuMonitorState::Starting));
+    let run = move || run_monitor(probe, &cfg, kept, &tx, &stop, kubelet);
     std::thread::Builder::new().name(THREAD.into()).spawn(run)
 }
 
-/// The failures kept across restarts (with a state file), judged: the monitor's first verdict,
-/// and its keeper of the file.
+/// The failures kept across restarts (with a state file), judged: where the monitor's verdict
+/// starts, and its keeper of the file.
 pub(crate) struct Kept {
     keeper: Option<Keeper>,
     report: GpuReport,
@@ -123,9 +125,9 @@ struct Keeper {
 
 impl Keeper {
     /// Read the file: the report to start from, not judged yet (failures of this boot,
-    /// clearings by a reboot).
+    /// clearings by a reboot, what the last GPU Event said).
     fn open(store: StateStore) -> (Keeper, GpuReport) {
-        let Restored { gpus, cleared, warning } = store.load();
+        let Restored { gpus, cleared, announced, warning } = store.load();
         if let Some(w) = &warning {
             tracing::warn!("{w}");
         }
@@ -135,14 +137,15 @@ impl Keeper {
         for c in &cleared {
             tracing::info!(gpu = %c.gpu, "GPU failure cleared: {}", c.why);
         }
-        let seed = GpuReport { gpus, cleared, ..GpuReport::default() };
+        let told = Told::restored(announced);
+        let seed = GpuReport { gpus, cleared, told, ..GpuReport::default() };
         (Keeper { store, last: None, errors: Throttled::default() }, seed)
     }
 
-    /// Write the failed GPUs of `report` when they changed (a failed write is retried with the
-    /// next report, logged at most once a minute).
+    /// Write the failed GPUs of `report`, and what the last GPU Event said, when they changed
+    /// (a failed write is retried at the next look, logged at most once a minute).
     fn keep(&mut self, report: &GpuReport, now_ms: i64) {
-        let next = snapshot(&report.gpus, &self.store.boot_id);
+        let next = snapshot(&report.gpus, report.told.last(), &self.store.boot_id);
         if !needs_write(self.last.as_ref(), &next, now_ms) {
             return;
         }
@@ -168,7 +171,9 @@ impl Keeper {
 /// next sample (they are no reading: a GPU absent from the last sample is not counted absent
 /// again); XID 154 (the driver changed its recovery action) brings the next sample forward.
 /// A failed read publishes nothing and is not read as "every GPU is gone": the last verdict
-/// stands, and the error is logged at most once a minute.
+/// stands, and the error is logged at most once a minute. The first verdict is the first
+/// reading's: until then the failures kept across restarts stand as published before NVML
+/// loaded ([`Kept::before_nvml`]), with no verdict.
 pub(crate) fn run_monitor(
     probe: Box<dyn GpuProbe>,
     cfg: &GpuConfig,
@@ -185,10 +190,11 @@ pub(crate) fn run_monitor(
         if let Err(e) = &watchdog {
             tracing::warn!(error = %e, "cannot start the NVML watchdog thread; a wedged driver would go unreported");
         }
-        // The first verdict, published: the failures kept across restarts (with a state file),
-        // rejudged.
+        // NB: the failures kept across restarts, rejudged, are where the verdict starts, not a
+        // verdict of their own: a GPU judged from its readings (a row remapping that failed) is
+        // not in them, and the first verdict must not say "healthy" before it is read (the node
+        // controller judges a restarted agent's first verdict against its last Event's).
         let Kept { keeper, report } = kept;
-        tx.send_replace(report.clone());
         Verdict { report, keeper, heard: Vec::new(), kubelet, cfg, tx }.follow(probe, stop, &calls);
         calls.lock().done = true;
     });
@@ -278,11 +284,17 @@ impl Verdict<'_> {
     /// is the same).
     fn set(&mut self, report: GpuReport, always: bool) {
         self.report = report;
+        self.keep();
+        let next = self.report.clone();
+        self.tx.send_if_modified(|cur| std::mem::replace(cur, next) != *cur || always);
+    }
+
+    /// Keep the failures, and what the node's last GPU Event said, in the state file when they
+    /// changed.
+    fn keep(&mut self) {
         if let Some(k) = self.keeper.as_mut() {
             k.keep(&self.report, clock_ms());
         }
-        let next = self.report.clone();
-        self.tx.send_if_modified(|cur| std::mem::replace(cur, next) != *cur || always);
     }
 
     /// Fold observations in (`samples`: a new reading; `None`: XIDs between readings), log the
@@ -338,6 +350,9 @@ impl Verdict<'_> {
                 break;
             }
             self.listen();
+            // NB: an Event the node controller has said since (`Told`) is kept within a second,
+            // not at the next sample: an agent stopped meanwhile would say it again.
+            self.keep();
             let wait = next_sample.saturating_duration_since(Instant::now()).min(XID_WAIT);
             let started = Instant::now();
             match calls.run("waiting for XID events", &self, || probe.wait_xids(wait)) {

@@ -69,13 +69,16 @@ impl Accelerator for GpuReport {
 }
 
 /// Whether a change to `report` from a report that showed `prev` is an Event (and, failed, an
-/// alert): a change of health while monitoring. From no health shown (the monitor was starting)
-/// neither a GPU that comes up healthy (healthy until told otherwise) nor a failure made only of
-/// failures kept from before the agent restarted is one: their Event and alert went out when
-/// they happened, and a rollout of the agent must not page again for every failed GPU.
+/// alert): a change of health while monitoring. The monitor's first verdict (`prev` `None`) is
+/// one when it is not what the node's last Event said before the agent started (`report.told`,
+/// kept in `gpu.state_file`): a rollout of the agent must not page again for a failed GPU, nor
+/// keep quiet about a failure written before its Event went out. Where that is not known,
+/// neither a GPU that comes up healthy (healthy until told otherwise) nor a failure made only
+/// of failures kept from before the agent restarted is one.
 pub(crate) fn announced(report: &GpuReport, prev: Option<Health>) -> bool {
-    match prev {
-        None if report.node == Health::Healthy || only_kept(report) => false,
+    match (prev, report.told.before) {
+        (None, Some(said)) => report.monitoring() && report.node != said,
+        (None, None) if report.node == Health::Healthy || only_kept(report) => false,
         _ => report.monitoring() && prev != Some(report.node),
     }
 }
@@ -135,4 +138,54 @@ pub(crate) fn hung_line(report: &GpuReport) -> String {
         "an NVML call ({}): the NVIDIA driver may be wedged; GPU health is unknown until it answers",
         report.hung.as_deref().unwrap_or("a call has not returned")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accel::gpu::model::{Failure, Told};
+
+    /// A monitor's first verdict: its GPU is `health`, failed (if so) by a failure kept from
+    /// before the agent restarted when `kept`; the node's last Event before it said `said`.
+    fn first(health: Health, kept: bool, said: Option<Health>) -> GpuReport {
+        let failure = (health == Health::Failed).then(|| Failure { kept, ..Failure::default() });
+        let gpu = GpuStatus { uuid: "GPU-0".into(), health, failure, ..GpuStatus::default() };
+        let (state, told) = (GpuMonitorState::On, Told::restored(said));
+        GpuReport { state, gpus: vec![gpu], node: health, told, ..GpuReport::default() }
+    }
+
+    #[test]
+    fn a_first_verdict_is_an_event_when_the_last_one_said_otherwise() {
+        use Health::{Degraded, Failed, Healthy};
+        // (health now, kept, what the last Event said, an Event?)
+        for (now, kept, said, event) in [
+            // Said before the restart: not again, an XID's kept failure or one read again from
+            // the GPU (a row remapping failed, or pending).
+            (Failed, true, Some(Failed), false),
+            (Failed, false, Some(Failed), false),
+            (Degraded, false, Some(Degraded), false),
+            // Written before its Event went out: said now.
+            (Failed, true, Some(Healthy), true),
+            (Failed, true, Some(Degraded), true),
+            // Changed while the agent was away.
+            (Healthy, false, Some(Failed), true),
+            (Degraded, false, Some(Healthy), true),
+            (Healthy, false, Some(Healthy), false),
+            // Not known: a kept failure was announced, a healthy GPU is no news (as before).
+            (Failed, true, None, false),
+            (Failed, false, None, true),
+            (Degraded, false, None, true),
+            (Healthy, false, None, false),
+        ] {
+            let r = first(now, kept, said);
+            assert_eq!(announced(&r, None), event, "{now:?} kept={kept} said={said:?}");
+            // Before NVML reads the GPUs: never.
+            let waiting = GpuReport { state: GpuMonitorState::WaitingForDriver, ..r.clone() };
+            assert!(!announced(&waiting, None), "{now:?} kept={kept} said={said:?}");
+            // From then on, a change of health and nothing else.
+            for prev in [Healthy, Degraded, Failed] {
+                assert_eq!(announced(&r, Some(prev)), prev != now, "{prev:?} → {now:?}");
+            }
+        }
+    }
 }

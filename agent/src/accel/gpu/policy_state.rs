@@ -1,7 +1,8 @@
 //! Failed GPUs kept across agent restarts (the pure part): what `gpu.state_file` holds, how a
 //! report becomes one ([`snapshot`]), when it is worth writing ([`needs_write`]), and what a file
 //! read at start-up means for this boot ([`restore`]). The file itself is read and written by
-//! `crate::accel::gpu::state`.
+//! `crate::accel::gpu::state`. It also keeps what the node's last GPU Event said
+//! (`crate::accel::gpu::model::Told`).
 //!
 //! The file is keyed by the node's boot id: a failure recorded under another boot id was cleared
 //! by the reboot. A file that cannot be parsed is not read as "nothing failed": the GPU UUIDs it
@@ -11,8 +12,9 @@
 use std::io::ErrorKind;
 
 use serde::{Deserialize, Serialize};
+use strum::VariantArray;
 
-use crate::accel::gpu::model::{label, Failure, GpuCleared, GpuStatus, ResetMarks};
+use crate::accel::gpu::model::{label, Failure, GpuCleared, GpuHealth, GpuStatus, ResetMarks};
 use crate::config::XidAction;
 
 /// The format version written; a file of another version is read as unreadable.
@@ -29,6 +31,10 @@ pub(crate) struct StateFile {
     pub(crate) boot_id: String,
     /// Every GPU with a standing failure.
     pub(crate) gpus: Vec<KeptGpu>,
+    /// The GPU health the node's last Event said (`healthy`, `degraded`, `failed`). Absent
+    /// from a file written before it was kept: its failed GPUs were announced ([`announced_in`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) announced: Option<String>,
 }
 
 /// One failed GPU as kept.
@@ -44,22 +50,30 @@ pub(crate) struct KeptGpu {
     pub(crate) marks: ResetMarks,
 }
 
-/// What the agent starts with: the GPUs still failed, the failures the reboot cleared, and a
-/// warning for the log when the file was not what it should be.
+/// What the agent starts with: the GPUs still failed, the failures the reboot cleared, what
+/// the node's last GPU Event said (`None`: not known), and a warning for the log when the file
+/// was not what it should be.
 #[derive(Debug, Default)]
 pub(crate) struct Restored {
     pub(crate) gpus: Vec<GpuStatus>,
     pub(crate) cleared: Vec<GpuCleared>,
+    pub(crate) announced: Option<GpuHealth>,
     pub(crate) warning: Option<String>,
 }
 
-/// The file's content for `gpus` (only GPUs with a UUID and a standing failure).
-pub(crate) fn snapshot(gpus: &[GpuStatus], boot_id: &str) -> StateFile {
+/// The file's content for `gpus` (only GPUs with a UUID and a standing failure) and what the
+/// node's last GPU Event said.
+pub(crate) fn snapshot(
+    gpus: &[GpuStatus],
+    announced: Option<GpuHealth>,
+    boot_id: &str,
+) -> StateFile {
     let kept = gpus.iter().filter(|g| !g.uuid.is_empty()).filter_map(|g| {
         let Failure { action, causes, lost, marks, .. } = g.failure.clone()?;
         Some(KeptGpu { uuid: g.uuid.clone(), index: g.index, action, causes, lost, marks })
     });
-    StateFile { version: VERSION, boot_id: boot_id.to_string(), gpus: kept.collect() }
+    let announced = announced.map(|h| h.as_str().to_string());
+    StateFile { version: VERSION, boot_id: boot_id.to_string(), gpus: kept.collect(), announced }
 }
 
 /// Whether `next` should be written at `now_ms`, given what was last written and when (`None`:
@@ -87,7 +101,10 @@ pub(crate) fn needs_write(last: Option<&(StateFile, i64)>, next: &StateFile, now
 pub(crate) fn restore(read: std::io::Result<String>, boot_id: &str, path: &str) -> Restored {
     let text = match read {
         Ok(text) => text,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Restored::default(),
+        // The first start: no Event said anything yet.
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return Restored { announced: announced_in(None, false), ..Restored::default() }
+        }
         Err(e) => {
             let warning = format!(
                 "the GPU state file {path} cannot be read ({e}): failures from before this start are not known; fix its permissions"
@@ -105,6 +122,8 @@ pub(crate) fn restore(read: std::io::Result<String>, boot_id: &str, path: &str) 
 fn from_file(f: StateFile, boot_id: &str) -> Restored {
     let rebooted = f.boot_id != boot_id;
     let mut out = Restored::default();
+    // NB: a reboot starts the node's story again: what its Events said before is not kept.
+    let said = f.announced.filter(|_| !rebooted);
     for KeptGpu { uuid, index, action, mut causes, lost, marks } in f.gpus {
         if rebooted {
             causes.extend(lost.then(|| "no longer visible to NVML".to_string()));
@@ -116,12 +135,25 @@ fn from_file(f: StateFile, boot_id: &str) -> Restored {
         let failure = Failure { action, causes, lost, kept: true, marks_from_file: true, marks };
         out.gpus.push(GpuStatus { failure: Some(failure), ..GpuStatus::known(index, uuid) });
     }
+    out.announced = announced_in(said.as_deref(), !out.gpus.is_empty());
     out
+}
+
+/// What the node's last GPU Event said, as the file has it (`None` for a value this build does
+/// not know); from a file that does not say (written before it was kept, or corrupt),
+/// `failed` when GPUs failed on this boot are kept — their Event went out, as was assumed
+/// before it was kept — and `healthy` when none is.
+fn announced_in(said: Option<&str>, kept_failed: bool) -> Option<GpuHealth> {
+    match said {
+        Some(s) => GpuHealth::VARIANTS.iter().copied().find(|h| h.as_str() == s),
+        None if kept_failed => Some(GpuHealth::Failed),
+        None => Some(GpuHealth::Healthy),
+    }
 }
 
 /// A file that does not parse: the GPUs it names stay failed when it names this boot.
 fn salvage(text: &str, boot_id: &str, path: &str, error: &str) -> Restored {
-    let mut out = Restored::default();
+    let mut out = Restored { announced: announced_in(None, false), ..Restored::default() };
     if boot_id.is_empty() || !text.contains(boot_id) {
         out.warning = Some(format!(
             "the GPU state file {path} is corrupt ({error}) and does not name this boot: ignored, as a reboot would have cleared it"
@@ -138,6 +170,7 @@ fn salvage(text: &str, boot_id: &str, path: &str, error: &str) -> Restored {
         let known = GpuStatus::known(u32::MAX, uuid.clone());
         out.gpus.push(GpuStatus { failure: Some(failure.clone()), ..known });
     }
+    out.announced = announced_in(None, !out.gpus.is_empty());
     let (count, listed) = (uuids.len(), uuids.join(", "));
     out.warning = Some(format!(
         "the GPU state file {path} is corrupt ({error}); the {count} GPU(s) it names stay failed until a reset shows: {listed}"
@@ -187,7 +220,7 @@ mod tests {
     }
 
     fn text_of(gpus: &[GpuStatus], boot: &str) -> String {
-        serde_json::to_string(&snapshot(gpus, boot)).unwrap()
+        serde_json::to_string(&snapshot(gpus, None, boot)).unwrap()
     }
 
     #[test]
@@ -250,7 +283,7 @@ mod tests {
 
     #[test]
     fn writes_follow_failures_at_once_and_energy_only_now_and_then() {
-        let a = snapshot(&[failed(UUID, false)], BOOT);
+        let a = snapshot(&[failed(UUID, false)], Some(GpuHealth::Healthy), BOOT);
         assert!(needs_write(None, &a, 0));
         let last = (a.clone(), 0);
         assert!(!needs_write(Some(&last), &a, 10 * ENERGY_REWRITE_MS));
@@ -261,8 +294,35 @@ mod tests {
         let mut ecc = a.clone();
         ecc.gpus[0].marks.ecc_volatile_uncorrected = Some(3);
         assert!(needs_write(Some(&last), &ecc, 1));
-        let cleared = snapshot(&[], BOOT);
+        let cleared = snapshot(&[], Some(GpuHealth::Healthy), BOOT);
         assert!(needs_write(Some(&last), &cleared, 1));
+        // The failure's Event went out.
+        let said = snapshot(&[failed(UUID, false)], Some(GpuHealth::Failed), BOOT);
+        assert!(needs_write(Some(&last), &said, 1));
+    }
+
+    /// What the node's last GPU Event said is kept on this boot: a failure written before its
+    /// Event went out reads back as not announced. A file written before it was kept reads as
+    /// its failures announced; a reboot, or no file, as nothing said yet.
+    #[test]
+    fn what_the_last_event_said_is_kept_on_this_boot() {
+        let one = [failed(UUID, false)];
+        let read = |f: &StateFile, boot: &str| {
+            restore(Ok(serde_json::to_string(f).unwrap()), boot, "/s.json").announced
+        };
+        let unsaid = snapshot(&one, Some(GpuHealth::Healthy), BOOT);
+        assert!(serde_json::to_string(&unsaid).unwrap().contains("\"announced\":\"healthy\""));
+        assert_eq!(read(&unsaid, BOOT), Some(GpuHealth::Healthy));
+        let said = snapshot(&one, Some(GpuHealth::Failed), BOOT);
+        assert_eq!(read(&said, BOOT), Some(GpuHealth::Failed));
+        assert_eq!(read(&said, "another-boot"), Some(GpuHealth::Healthy), "a reboot forgets");
+        // Written before it was kept: as was assumed then, its failures were announced.
+        assert_eq!(read(&snapshot(&one, None, BOOT), BOOT), Some(GpuHealth::Failed));
+        assert_eq!(read(&snapshot(&[], None, BOOT), BOOT), Some(GpuHealth::Healthy));
+        let r = restore(Err(ErrorKind::NotFound.into()), BOOT, "/s.json");
+        assert_eq!(r.announced, Some(GpuHealth::Healthy), "the first start");
+        let r = restore(Err(ErrorKind::PermissionDenied.into()), BOOT, "/s.json");
+        assert_eq!(r.announced, None, "not known");
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! Three situations, told apart without the driver (`crate::accel::gpu::nvml::gpus_present`):
 //! - no NVIDIA GPU on the node (no `/dev/nvidiaN`, no NVIDIA display/3D PCI function): said once,
 //!   state `no-gpu`, looked for again every [`StartOptions::no_gpu_recheck`] (5 min) in silence,
-//!   by an async task: the monitor's thread exists only on a node with GPUs;
+//!   by an async task: the monitor's thread exists only on a node with GPUs (GPUs failed on this
+//!   boot, kept in `gpu.state_file`, stay failed meanwhile: a driver reloading hides them);
 //! - GPUs but NVML does not load: state `waiting-for-driver`, a line when the wait starts, at most
 //!   one every [`StartOptions::log_every`] (10 min) while it lasts, one when NVML arrives;
 //! - NVML loads: the monitor runs (state `on`).
@@ -107,9 +108,9 @@ fn sleep_unless_stopped(d: Duration, stop: &CancellationToken) -> bool {
 }
 
 /// Production wiring: `gpu.enabled = off` → `None`, quietly, with state `off` published.
-/// `auto`/`on` → waits for a GPU (see the module), then starts the monitor's thread, which waits
-/// for NVML and runs the monitor with `gpu.state_file`; returns that thread, or `None` when
-/// stopped first.
+/// `auto`/`on` → reads `gpu.state_file`, waits for a GPU (see the module), then starts the
+/// monitor's thread, which waits for NVML and runs the monitor; returns that thread, or `None`
+/// when stopped first.
 ///
 /// NB: a node without GPUs waits here, on the executor (a file check every 5 min): no thread
 /// until there is a GPU to watch. Loading NVML can block on a wedged driver: it happens on the
@@ -147,10 +148,15 @@ pub async fn start_with(
         tx.send_replace(GpuReport::in_state(GpuMonitorState::Off));
         return None;
     }
+    // NB: the failures kept across restarts hold until NVML reads the GPUs (it may never, on
+    // the driver a failure wedged; and a driver reloading hides them a while): published at
+    // once, and through both waits.
+    let kept = Kept::open(StateStore::from_config(&cfg.state_file, &opts.boot_id_path), cfg);
+    tx.send_replace(kept.before_nvml(GpuMonitorState::Starting));
     // `on`: the operator says this node has GPUs; believe it and wait for the driver.
     let mut said_no_gpu = false;
     while cfg.enabled != Switch::On && !gpus_present(&opts.host) {
-        no_gpu(&tx, &opts, &mut said_no_gpu);
+        no_gpu(&tx, &opts, &kept, &mut said_no_gpu);
         tokio::select! {
             _ = tokio::time::sleep(opts.no_gpu_recheck) => {}
             _ = stop.cancelled() => return None,
@@ -160,10 +166,6 @@ pub async fn start_with(
     let warnings = opts.warnings.clone();
     // The monitor's own thread: an error when the OS refuses one (a container at its pids limit).
     let spawned = std::thread::Builder::new().name(THREAD.into()).spawn(move || {
-        // NB: the failures kept across restarts hold before NVML loads (it may never, on the
-        // driver a failure wedged): published at once, and through the wait.
-        let kept = Kept::open(StateStore::from_config(&cfg.state_file, &opts.boot_id_path), &cfg);
-        tx.send_replace(kept.before_nvml(GpuMonitorState::Starting));
         let wait = wait_for_nvml(&cfg, loader.as_mut(), &opts, &kept, &tx, &stop, said_no_gpu);
         let Some(probe) = wait else { return };
         readyz(&opts.warnings, None);
@@ -182,8 +184,9 @@ pub async fn start_with(
         .ok()
 }
 
-/// No GPU on the node: said once (`said`), published, and no `/readyz` warning.
-fn no_gpu(tx: &watch::Sender<GpuReport>, opts: &StartOptions, said: &mut bool) {
+/// No GPU seen on the node: said once (`said`), published (with the failures `kept`), and no
+/// `/readyz` warning.
+fn no_gpu(tx: &watch::Sender<GpuReport>, opts: &StartOptions, kept: &Kept, said: &mut bool) {
     if !*said {
         tracing::info!(
             "GPU monitoring off: no NVIDIA GPU on this node (no /dev/nvidiaN, no NVIDIA PCI display device); looking again every {}",
@@ -191,7 +194,7 @@ fn no_gpu(tx: &watch::Sender<GpuReport>, opts: &StartOptions, said: &mut bool) {
         );
         *said = true;
     }
-    publish(tx, GpuMonitorState::NoGpu);
+    publish(tx, kept.before_nvml(GpuMonitorState::NoGpu));
     readyz(&opts.warnings, None);
 }
 
@@ -202,9 +205,9 @@ fn readyz(warnings: &Option<Warnings>, why: Option<String>) {
     }
 }
 
-/// Publish `state` (a report with no GPUs) unless it is already the one published.
-fn publish(tx: &watch::Sender<GpuReport>, state: GpuMonitorState) {
-    tx.send_if_modified(|cur| std::mem::replace(cur, GpuReport::in_state(state)) != *cur);
+/// Publish `report` unless it is already the one published.
+fn publish(tx: &watch::Sender<GpuReport>, report: GpuReport) {
+    tx.send_if_modified(|cur| std::mem::replace(cur, report) != *cur);
 }
 
 /// On the monitor's thread: wait until NVML loads (`Some(probe)`) or `stop` (`None`),
@@ -223,7 +226,7 @@ fn wait_for_nvml(
     while !stop.is_cancelled() {
         // `auto`: GPUs gone while the driver was awaited are looked for again, as at start-up.
         if cfg.enabled != Switch::On && !gpus_present(&opts.host) {
-            no_gpu(tx, opts, &mut said_no_gpu);
+            no_gpu(tx, opts, kept, &mut said_no_gpu);
             if !sleep_unless_stopped(opts.no_gpu_recheck, stop) {
                 return None;
             }
@@ -237,8 +240,7 @@ fn wait_for_nvml(
                 return Some(probe);
             }
             Err(e) => {
-                let waiting = kept.before_nvml(GpuMonitorState::WaitingForDriver);
-                tx.send_if_modified(|cur| std::mem::replace(cur, waiting) != *cur);
+                publish(tx, kept.before_nvml(GpuMonitorState::WaitingForDriver));
                 let why = format!(
                     "waiting for the NVIDIA driver ({e}); restarts work, GPU verdicts start when it loads"
                 );

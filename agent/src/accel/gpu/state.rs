@@ -87,7 +87,8 @@ mod tests {
         let store = StateStore::new(dir.path().join("sub/gpu-state.json"), &boot);
         assert_eq!(store.boot_id, "abc-123");
         assert!(store.load().warning.is_none(), "no file yet: a clean start");
-        let state = StateFile { version: VERSION, boot_id: "abc-123".into(), gpus: vec![] };
+        let (boot_id, gpus, announced) = ("abc-123".into(), vec![], Some("failed".into()));
+        let state = StateFile { version: VERSION, boot_id, gpus, announced };
         store.write(&state).unwrap();
         let text = std::fs::read_to_string(store.path()).unwrap();
         assert_eq!(serde_json::from_str::<StateFile>(&text).unwrap(), state);

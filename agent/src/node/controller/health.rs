@@ -17,21 +17,31 @@ use crate::vocab::node::EventType;
 use super::Controller;
 
 impl Controller {
-    /// A new GPU report: the failures it clears go in the trail, then it is applied.
+    /// A new GPU report: the failures it clears go in the trail, then it is applied; a verdict
+    /// shown is what the node's GPU Events have said from then on (kept by the monitor).
     pub(crate) async fn apply_gpu(&mut self, report: GpuReport) {
         self.gpu_seen = Some(tokio::time::Instant::now());
         self.lose_to_gpus(&report);
         self.note_cleared(&report).await;
         self.announce_episodes(&report).await;
-        let was_hung = self.gpu.report().state == GpuMonitorState::NvmlHung;
-        if report.state == GpuMonitorState::NvmlHung && !was_hung {
+        let was = self.gpu.report().state;
+        if report.state == GpuMonitorState::NvmlHung && was != GpuMonitorState::NvmlHung {
             self.node.event("VigilGpuNvmlHung", &hung_line(&report), EventType::Warning).await;
         }
         let Some(change) = self.gpu.fold(report, &self.metrics) else { return };
         let r = self.gpu.report().clone();
         self.node.view.gpu = r.clone();
-        let announce = announced(&r, change.prev);
+        // NB: the monitor's first verdict follows no verdict, whatever the Node showed while it
+        // waited for the driver or the GPUs (kept failures, with no health label): it is judged
+        // as one, against what the last Event said (`announced`).
+        let verdict_before = matches!(was, GpuMonitorState::On | GpuMonitorState::NvmlHung);
+        let announce = announced(&r, change.prev.filter(|_| verdict_before));
+        let told = r.monitoring().then(|| (r.told.clone(), r.node));
         self.show_health(r, change, announce).await;
+        // After its Event: an agent stopped before it went out says it again when it restarts.
+        if let Some((told, health)) = told {
+            told.said(health);
+        }
     }
 
     /// A new TPU report, folded into its tracker (metrics always) and shown when it changed.
