@@ -6,7 +6,7 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::real::{free_port, run_cli, shared_redis_url, unique, wait_listening};
+use common::real::{free_port, run_cli, shared_redis_url, unique, wait_listening, RedisServer};
 use common::redis_ha::{Cluster, Sentinel, SERVICE};
 use vigil::clock::{Clock, FakeClock, SystemClock};
 use vigil::coord::memory::MemoryCoordinator;
@@ -384,6 +384,36 @@ async fn a_single_redis_gone_silent_is_reached_on_a_fresh_connection() {
     proxy.abort();
 }
 
+/// A `single` Redis that refused a reconnection at AUTH (a password rotated on the server, then
+/// rolled back; a Redis at `maxclients` as a restart brings the whole fleet back at once) is
+/// reached again once it takes the password: the `redis` crate's connection manager keeps such a
+/// refusal and answers it to every later call without trying again, so the coordinator drops it.
+#[tokio::test]
+async fn a_single_redis_that_refused_a_reconnection_at_auth_is_reached_again() {
+    let server = RedisServer::start();
+    let port = server.port.to_string();
+    let cli = |args: &[&str]| {
+        let all = [&["-p", port.as_str(), "--no-auth-warning"][..], args].concat();
+        run_cli("redis-cli", &all, None)
+    };
+    assert_eq!(cli(&["CONFIG", "SET", "requirepass", "old"]), "OK");
+    let url = format!("redis://:old@127.0.0.1:{port}");
+    let c: Box<dyn Coordinator> =
+        Box::new(RedisCoordinator::new(&url, Duration::from_secs(5)).unwrap());
+    c.time().await.unwrap();
+    assert_eq!(cli(&["-a", "old", "CONFIG", "SET", "requirepass", "new"]), "OK");
+    assert_eq!(cli(&["-a", "new", "CLIENT", "KILL", "TYPE", "normal"]), "1", "the agent's");
+    // The first call finds its connection gone (the manager reconnects behind it); the next
+    // waits for that reconnection, refused at AUTH well within the timeout (a timeout would
+    // replace the connection by itself).
+    assert!(c.time().await.is_err(), "the connection was killed");
+    let refused = c.time().await.unwrap_err().to_string();
+    assert!(refused.contains("authentication failed"), "refused at AUTH: {refused}");
+    assert_eq!(cli(&["-a", "new", "CONFIG", "SET", "requirepass", "old"]), "OK");
+    let t = c.time().await.expect("reached again once Redis takes the password");
+    assert!(t > 1_700_000_000_000, "time is epoch ms: {t}");
+}
+
 #[tokio::test]
 async fn keys_of_one_node_hash_to_one_cluster_slot() {
     // The Lua scripts and MGET touch one node's keys only: they must share a slot.
@@ -590,6 +620,29 @@ async fn primitives_on_a_redis_cluster() {
     let cluster = Cluster::start();
     let c = RedisCoordinator::cluster(&cluster.url(), None, Duration::from_secs(2)).unwrap();
     suite(&c, Time::Real, &unique("t")).await;
+}
+
+/// A cluster has one clock: every `TIME` the coordinator reads (its own, and the clock of a
+/// node's workers read) goes to one master, so heartbeats stamped by one master's clock are never
+/// judged by another's (their clocks differ by whatever NTP left between them). Nodes whose keys
+/// live on every master read their workers: the `TIME` calls of exactly one master rise.
+#[tokio::test]
+async fn a_redis_cluster_has_one_clock() {
+    let cluster = Cluster::start();
+    let c: Box<dyn Coordinator> =
+        Box::new(RedisCoordinator::cluster(&cluster.url(), None, Duration::from_secs(2)).unwrap());
+    let p = unique("clock");
+    let before = cluster.time_calls();
+    for n in 0..30 {
+        let keys = Keys::new(&p, &format!("n{n}"));
+        let now = c.time().await.unwrap();
+        let read = c.read_worker(&keys.status("w"), &[]).await.unwrap();
+        assert!(read.now >= now, "the workers read on the same clock: {} < {now}", read.now);
+    }
+    let rose: Vec<u64> =
+        cluster.time_calls().iter().zip(&before).map(|(after, before)| after - before).collect();
+    assert_eq!(rose.iter().filter(|&&n| n > 0).count(), 1, "TIME calls per master: {rose:?}");
+    assert_eq!(rose.iter().sum::<u64>(), 60, "one TIME per read, none in the script: {rose:?}");
 }
 
 /// The same primitives through Sentinel, then a failover in the middle of a run: calls fail

@@ -109,6 +109,16 @@ impl Cluster {
     pub fn url(&self) -> String {
         self.ports.iter().map(|p| format!("redis://127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
     }
+
+    /// How many `TIME` commands each master has run so far (`INFO commandstats`, a script's own
+    /// calls included), in the order of `ports`.
+    pub fn time_calls(&self) -> Vec<u64> {
+        let calls = |stats: String| -> Option<u64> {
+            let line = stats.lines().find_map(|l| l.strip_prefix("cmdstat_time:calls="))?;
+            line.split(',').next()?.parse().ok()
+        };
+        self.ports.iter().map(|p| calls(cli(*p, &["INFO", "commandstats"])).unwrap_or(0)).collect()
+    }
 }
 
 /// A master, one replica, and one Sentinel (quorum 1) that monitors them as `vigil`.

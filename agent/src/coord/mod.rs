@@ -194,7 +194,8 @@ pub enum Request {
     /// the node's once-per-cycle writes.
     Batch(Vec<Op>),
     /// The clock and, for each worker, its status record and several string keys, all of
-    /// *one node* (one hash slot), in one round trip: everything the node's verdicts need (a
+    /// *one node* (one hash slot), in one round trip (two on a Redis Cluster: the fleet's one
+    /// clock is read apart, from slot 0's master): everything the node's verdicts need (a
     /// cycle reads its whole node at once; an empty list reads the clock alone). A record that
     /// cannot be read is returned as such (`record: Err`); only a transport failure is an error.
     ReadWorkers(Vec<WorkerKeys>),

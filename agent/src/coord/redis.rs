@@ -5,7 +5,8 @@
 //! Three ways to reach Redis (`redis.mode`): one server (`single`, through the `redis` crate's
 //! reconnecting connection manager), a Redis Cluster (`cluster`, the crate's cluster client:
 //! MOVED/ASK handled there; every script and multi-key command here stays in one hash slot, and
-//! pipelines are split per slot), or a master found through Sentinel (`sentinel`: the
+//! pipelines are split per slot; its clock, `TIME`, is always one master's: see
+//! [`RedisCoordinator::clock`]), or a master found through Sentinel (`sentinel`: the
 //! connection is dropped on any transport error or a `READONLY` answer — a demoted master —
 //! and the next call asks the Sentinels again). In every mode a call that times out drops the
 //! connection too: the next call makes a fresh one.
@@ -21,15 +22,20 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{Cmd, FromRedisValue, IntoConnectionInfo, Pipeline, RedisFuture, Script, Value};
 use tokio::sync::Mutex;
 
 use super::{CoordError, Result};
+use crate::clock::Millis;
 use crate::config::{RedisConfig, RedisMode};
 use crate::redact;
 
 mod commands;
+
+/// The hash slot whose master is a cluster's one clock ([`RedisCoordinator::clock`]).
+const CLOCK_SLOT: u16 = 0;
 
 /// Where the servers are.
 enum Target {
@@ -292,11 +298,16 @@ impl RedisCoordinator {
         // re-resolves its name), and fail closed meanwhile.
         let demoted = source.code() == Some("READONLY");
         // NB: `single` mode's connection manager reconnects by itself after a dropped or refused
-        // connection, but a response timeout (io `TimedOut`) is "retry immediately" to the
-        // `redis` crate: it keeps the silent connection for good. So a timeout drops the
+        // connection (and after any other socket error: it ends the connection, whose next call
+        // then fails as dropped), but a response timeout (io `TimedOut`) is "retry immediately"
+        // to the `redis` crate: it keeps the silent connection for good. So a timeout drops the
         // connection here, as in `timed_out`; the other modes drop it on any transport error.
+        // A reconnection Redis refused at AUTH (a password rotated, then rolled back; a Redis at
+        // `maxclients` as it takes the fleet back) is no I/O error to the manager: it answers
+        // that refusal to every later call, for good, and never tries again. Dropped here too.
+        let refused_at_auth = source.kind() == redis::ErrorKind::AuthenticationFailed;
         let replace = match self.target {
-            Target::Single(_) => source.is_timeout() && self.replace_due(),
+            Target::Single(_) => refused_at_auth || (source.is_timeout() && self.replace_due()),
             Target::Cluster(_) | Target::Sentinel(_) => transport,
         };
         if demoted || replace {
@@ -312,6 +323,25 @@ impl RedisCoordinator {
     async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
         let mut c = self.conn().await?;
         self.bounded(cmd.query_async(&mut c)).await
+    }
+
+    /// The store's clock: `TIME`, in ms. NB: in a cluster, `TIME` names no key, and the crate
+    /// sends such a command to a master at random: heartbeats stamped by one master's clock
+    /// would be judged by another's, seconds apart when NTP drifts. Every `TIME` goes to the
+    /// master of [`CLOCK_SLOT`] instead: one clock for the fleet (a failover moves it to the
+    /// promoted replica, as it moves a single server's).
+    async fn clock(&self) -> Result<Millis> {
+        let time = redis::cmd("TIME");
+        let mut c = self.conn().await?;
+        let (secs, micros): (i64, i64) = if let Conn::Cluster(cluster) = &mut c {
+            let master = Route::new(CLOCK_SLOT, SlotAddr::Master);
+            let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(master));
+            let answer = self.bounded(cluster.route_command(&time, to)).await?;
+            <(i64, i64)>::from_redis_value(&answer).map_err(|e| self.map_err(e))?
+        } else {
+            self.bounded(time.query_async(&mut c)).await?
+        };
+        Ok(secs * 1000 + micros / 1000)
     }
 
     /// Run one of the scripts of redis/commands.rs (built once: `Script::new` hashes the source, and EVALSHA
@@ -391,7 +421,8 @@ mod tests {
     /// A silent connection (its path black-holed) is replaced in every mode: after the outer
     /// timeout and after the crate's response timeout (io `TimedOut`, which `single` mode's
     /// connection manager would never reconnect on). A demoted master's `READONLY` too; a dropped
-    /// connection only where no connection manager reconnects by itself; a refused command never.
+    /// connection only where no connection manager reconnects by itself, and a reconnection
+    /// refused at AUTH where one would answer it for good (`single`); a refused command never.
     #[test]
     fn a_timeout_replaces_the_connection_in_every_mode() {
         let t = Duration::from_secs(1);
@@ -416,6 +447,9 @@ mod tests {
             assert!(!stale_after(c, |c| c.map_err(refused())), "{mode}: a refused command");
             let reset = stale_after(c, |c| c.map_err(io(std::io::ErrorKind::ConnectionReset)));
             assert_eq!(reset, mode != "single", "{mode}: a dropped connection");
+            let auth = || redis::RedisError::from((redis::ErrorKind::AuthenticationFailed, "no"));
+            let refused_at_auth = stale_after(c, |c| c.map_err(auth()));
+            assert_eq!(refused_at_auth, mode == "single", "{mode}: a reconnection refused at AUTH");
         }
         let err = single.timed_out().to_string();
         assert!(err.contains("did not answer within 1s; restarts are paused"), "{err}");

@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::{FromRedisValue, Pipeline, Script};
 
-use super::RedisCoordinator;
+use super::{RedisCoordinator, Target};
 use crate::clock::{ms, Millis};
 use crate::coord::{
     CoordError, Coordinator, NodeRead, Op, RecordUnreadable, Reply, Request, Result, TrailEntry,
@@ -76,18 +76,20 @@ return 0"
 
 // NB: a node's clock and every worker's record and marks in one round trip: the cycle's one
 // read, whatever the number of workers. ARGV[1] and ARGV[2] are the record bounds
-// (`crate::coord::MAX_RECORD_FIELDS` and `MAX_RECORD_BYTES`), then one count per worker: its
-// record is the next key, its marks the count keys after it. Each record is read under pcall: a
-// key of another type is that worker's problem, not a failed cycle; a record over the bounds is
-// that worker's problem too, and never leaves the server. The marks of every worker are one
-// MGET (of at most 1,000 keys each: Lua's unpack has a limit near 8,000, some 470 workers). All
-// keys are one node's, so one hash slot.
+// (`crate::coord::MAX_RECORD_FIELDS` and `MAX_RECORD_BYTES`), ARGV[3] `1` to read the clock here
+// (`0` in a cluster, whose clock is one master's, read apart: the reply's clock is then 0 0),
+// then one count per worker: its record is the next key, its marks the count keys after it.
+// Each record is read under pcall: a key of another type is that worker's problem, not a failed
+// cycle; a record over the bounds is that worker's problem too, and never leaves the server. The
+// marks of every worker are one MGET (of at most 1,000 keys each: Lua's unpack has a limit near
+// 8,000, some 470 workers). All keys are one node's, so one hash slot.
 static READ_WORKERS: LazyLock<Script> = lua!(
     r"
-local t = redis.call('TIME')
+local t = {0, 0}
+if ARGV[3] == '1' then t = redis.call('TIME') end
 local maxf, maxb = tonumber(ARGV[1]), tonumber(ARGV[2])
 local marks, at, k = {}, {}, 1
-for w = 3, #ARGV do
+for w = 4, #ARGV do
   local n = tonumber(ARGV[w])
   at[w] = #marks
   for j = 1, n do marks[#marks + 1] = KEYS[k + j] end
@@ -100,7 +102,7 @@ for i = 1, #marks, 1000 do
 end
 local out = {t[1], t[2]}
 k = 1
-for w = 3, #ARGV do
+for w = 4, #ARGV do
   local n = tonumber(ARGV[w])
   local ok, rec = pcall(redis.call, 'HGETALL', KEYS[k])
   if ok and #rec > 0 then
@@ -133,10 +135,7 @@ impl Coordinator for RedisCoordinator {
     async fn execute(&self, request: Request) -> Result<Reply> {
         let c = self;
         Ok(match request {
-            Request::Time => {
-                let (secs, micros): (i64, i64) = c.query(&redis::cmd("TIME")).await?;
-                Reply::Time(secs * 1000 + micros / 1000)
-            }
+            Request::Time => Reply::Time(c.clock().await?),
             Request::GetMany(keys) if keys.is_empty() => Reply::Values(Vec::new()),
             // NB: MGET of one node's keys is single-slot thanks to the hash tag.
             Request::GetMany(keys) => Reply::Values(c.query(redis::cmd("MGET").arg(&keys)).await?),
@@ -203,8 +202,16 @@ impl RedisCoordinator {
     }
 
     async fn read_workers(&self, workers: &[WorkerKeys]) -> Result<NodeRead> {
+        // NB: the script's `TIME` is the clock of the node's own master; a cluster's is another
+        // (`clock`): read first, as the script reads its own before the records.
+        let apart = match self.target {
+            Target::Cluster(_) => Some(self.clock().await?),
+            Target::Single(_) | Target::Sentinel(_) => None,
+        };
+        let here = if apart.is_some() { "0" } else { "1" };
         let mut keys: Vec<&str> = Vec::new();
-        let mut args = vec![MAX_RECORD_FIELDS.to_string(), MAX_RECORD_BYTES.to_string()];
+        let mut args =
+            vec![MAX_RECORD_FIELDS.to_string(), MAX_RECORD_BYTES.to_string(), here.to_string()];
         for w in workers {
             keys.push(&w.record);
             keys.extend(w.keys.iter().map(String::as_str));
@@ -220,7 +227,10 @@ impl RedisCoordinator {
             return Err(bad("without the clock"));
         };
         let clock = |v| i64::from_redis_value(v).map_err(|_| bad("a clock that is not a number"));
-        let now = clock(&secs)? * 1000 + clock(&micros)? / 1000;
+        let now = match apart {
+            Some(now) => now,
+            None => clock(&secs)? * 1000 + clock(&micros)? / 1000,
+        };
         let mut reads = Vec::with_capacity(workers.len());
         for one in it {
             let (ok, rec, values): (i64, redis::Value, Vec<Option<String>>) =
