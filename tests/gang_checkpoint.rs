@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::fakes::FakeRuntime;
 use common::fleet::Fleet;
-use common::real::{shared_redis_url, unique, vigil};
+use common::real::{shared_redis_url, unique, vigil, Receiver};
 use common::wiring::{node_config, write_record};
 use vigil::alerts::Notifier;
 use vigil::clock::{Clock, SystemClock};
@@ -230,6 +230,37 @@ async fn a_second_member_s_notice_joins_the_open_round() {
     assert!(l1.contains("acked by 2/2"), "{l1}");
     assert!(l1.contains("(opened by gpu-0)"), "{l1}");
     assert!(!l0.contains("opened by"), "{l0}");
+}
+
+/// A node that joins a round opened earlier tells its workers the time the round has left, not
+/// its own whole budget: a rank told 4 s a second into a 4 s round would save past its end.
+#[tokio::test]
+async fn a_joining_node_tells_its_workers_the_time_the_round_has_left() {
+    let job = Job::new(|_, c| c.checkpoint.maintenance_budget = Duration::from_secs(4)).await;
+    let hook = Receiver::start().await;
+    job.fleet.nodes[1].runtime.set_checkpoint_label("c1", &hook.url);
+    // Rank 1 saves 2 s after the opener's request reaches its record: after node 1 joined.
+    let ranks = [
+        saving_rank(job.coord.clone(), job.key(0), Duration::ZERO),
+        saving_rank(job.coord.clone(), job.key(1), Duration::from_secs(2)),
+    ];
+    let mut job = job;
+    let (first, second) = job.fleet.nodes.split_at_mut(1);
+    let opened = first[0].controller().apply(notice(Interruption::HostMaintenance));
+    let joined = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        second[0].controller().apply(notice(Interruption::HostMaintenance)).await
+    };
+    tokio::join!(opened, joined);
+    ranks.iter().for_each(|r| r.abort());
+    let l1 = job.last_checkpoint(1);
+    assert!(l1.contains("(opened by gpu-0)") && l1.contains("acked by 2/2"), "{l1}");
+    let bodies = hook.bodies.lock().unwrap().clone();
+    assert_eq!(bodies.len(), 1, "node 1's one POST to rank 1: {bodies:?}");
+    // 4 s from the round's opening, a second of which had passed when node 1 joined (the old
+    // code sent node 1's own budget: 3.99 s).
+    let left = bodies[0]["deadline_ms"].as_u64().unwrap();
+    assert!((1_000..3_500).contains(&left), "deadline_ms {left}: not the round's time left");
 }
 
 /// Two agents' gang on a real Redis (their cycles publish the gang's view), and a config for

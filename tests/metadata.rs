@@ -327,6 +327,33 @@ async fn a_server_that_is_not_there_yet_is_probed_until_it_answers() {
     w.stop().await;
 }
 
+/// A connect that hangs (a firewall that drops) is a server not reached, not one that did not
+/// answer: it once ended as `Timeout`, since the connect's timeout was as long as a plain read's
+/// deadline and the deadline fired first. Here the listener's accept queue is full, so the
+/// kernel drops the SYN and the connect hangs, on loopback.
+#[tokio::test]
+async fn a_connect_that_hangs_is_unreachable_not_a_timeout() {
+    use tokio::net::{TcpSocket, TcpStream};
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    // NB: never accepted: a backlog of 0 holds one connection (Linux), and the SYNs past the
+    // queue's bound are dropped.
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut queued = Vec::new();
+    let connect = || tokio::time::timeout(Duration::from_millis(300), TcpStream::connect(addr));
+    while let Ok(Ok(stream)) = connect().await {
+        queued.push(stream);
+        assert!(queued.len() < 64, "the accept queue never filled");
+    }
+    let c = MetadataClient::new(&addr.to_string(), Duration::from_secs(1)).unwrap();
+    let e = c.get(MAINTENANCE_EVENT_PATH, None).await.unwrap_err();
+    assert!(matches!(e, MetadataError::Unreachable { .. }), "{e:?}");
+    assert_eq!(e.kind(), "transport");
+    assert!(e.to_string().contains("unreachable"), "{e}");
+    drop((listener, queued));
+}
+
 /// `metadata.enabled = "on"`: the operator says this is GCE, so a server that cannot be reached
 /// is late, not absent. Past the quick attempts it is probed with backoff and the start-up read
 /// stays open (restarts keep waiting for it, up to `metadata.first_read_wait`); it ends once

@@ -55,7 +55,8 @@ pub(crate) enum RoundError {
 
 impl Checkpointer {
     /// Run (or join) `gang`'s round for a notice on this node, whose members here are `local`,
-    /// within `budget` (cut to the members' tightest) and never past the caller's `until`.
+    /// within `budget` (cut to the members' tightest) and never past the caller's `until`; a
+    /// round joined keeps its end, and this node's workers are told the time it has left.
     /// `Err` only when the coordinator cannot be reached at all (then nobody was asked).
     pub(crate) async fn gang_round(
         &self,
@@ -75,16 +76,19 @@ impl Checkpointer {
         let (round, opened) = self.open_or_join(&gang.id, mine).await?;
         let io = RoundIo { coord: &*self.coord, prefix: self.keys.prefix() };
         io.write_requests(&round, if opened { &members } else { &own }).await;
+        // NB: the round's end, not this node's budget: a node that joins a round opened earlier
+        // tells its workers the time the round has left, or a rank saves past its end.
+        let ends = (started + duration(round.until - now)).min(until);
         for c in local {
             let Ok(method) = self.method_for(c) else { continue };
-            if let Err(e) = self.deliver(&method, c, &round.id, reason, budget).await {
+            let left = ends.saturating_duration_since(Instant::now());
+            if let Err(e) = self.deliver(&method, c, &round.id, reason, left).await {
                 tracing::warn!(worker = %c.worker, error = %e, "gang checkpoint request not delivered by its method");
             }
         }
         // NB: the caller stops waiting at `until`: the wait ends a little before, so the
         // round's answer (who did not answer) is what the caller reports.
-        let deadline = (started + duration(round.until - now))
-            .min(until.checked_sub(WRAP_UP).unwrap_or(started));
+        let deadline = ends.min(until.checked_sub(WRAP_UP).unwrap_or(started));
         // The members' answers, in the same order.
         let members = io.wait_acks(&round, &members, now, started, deadline).await;
         if opened && members.iter().all(|a| a.acked.is_some()) {

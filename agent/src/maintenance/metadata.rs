@@ -139,7 +139,8 @@ pub struct MetadataClient {
 impl MetadataClient {
     /// Client for `http://{host}/computeMetadata/v1/`. `host` is `name[:port]`, as in
     /// `GCE_METADATA_HOST` (a leading `http://` is tolerated). `request_timeout_extra` is the
-    /// deadline of a plain read and the margin added to `timeout_sec` for a long-poll.
+    /// deadline of a plain read and the margin added to `timeout_sec` for a long-poll; a connect
+    /// gets half of it.
     pub fn new(host: &str, request_timeout_extra: Duration) -> Result<Self> {
         let bad = |detail: String| MetadataError::BadHost { host: host.to_string(), detail };
         let h = host.trim();
@@ -151,7 +152,10 @@ impl MetadataClient {
             .map_err(|e| bad(e.to_string()))?;
         let http = reqwest::Client::builder()
             .no_proxy()
-            .connect_timeout(request_timeout_extra)
+            // NB: shorter than any request's deadline: a connect that hangs (a firewall that
+            // drops) ends as `Unreachable`; at the same length, the request's deadline fired
+            // first and a server never reached was reported as one that did not answer.
+            .connect_timeout(request_timeout_extra / 2)
             // NB: the server never redirects the keys we read; following one could leave the
             // link-local server for somewhere that does not deserve the header.
             .redirect(reqwest::redirect::Policy::none())

@@ -32,8 +32,9 @@ pub(crate) enum Method {
     Record,
     /// A signal to the container's main process, e.g. `SIGUSR1`.
     Signal(Signal),
-    /// An HTTP POST to this URL, with a JSON body `{request, reason, deadline_ms}`. Shown
-    /// redacted: it may carry a token.
+    /// An HTTP POST to this URL, with a JSON body `{request, reason, worker, deadline_ms}`
+    /// (`deadline_ms`: the milliseconds left from the POST, not a timestamp). Shown redacted: it
+    /// may carry a token.
     Http(Secret<Urls>),
 }
 

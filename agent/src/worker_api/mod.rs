@@ -34,7 +34,7 @@ use crate::coord::{write_status, Coordinator, Keys};
 use crate::hang::model::{gang_of, parse_grace, rank_field, valid_worker_id};
 use crate::hang::policy_membership::{self, Membership};
 use crate::http::listen::{serve_router, Limits, Listen, Peer};
-use crate::http::procfs::Procfs;
+use crate::http::procfs::{CgroupUnknown, Procfs};
 use crate::http::server::HEADER_READ_TIMEOUT;
 use crate::maintenance::request::acknowledges;
 use crate::metrics::Metrics;
@@ -108,27 +108,37 @@ pub(crate) async fn serve<L: Listen>(listener: L, state: WorkerApiState, stop: C
     serve_router(listener, router(state), stop, LIMITS).await;
 }
 
-/// An answer, the outcome label it is counted under, and when to try again (`Retry-After`).
-struct Answer(StatusCode, &'static str, String, Option<u64>);
+/// An answer, the outcome label it is counted under, when to try again (`Retry-After`), and what
+/// of the agent's own failed when the refusal is not the caller's doing (logged at WARN).
+struct Answer(StatusCode, &'static str, String, Option<u64>, Option<&'static str>);
 
 /// A step of a request: what it gives, or the [`Answer`] that refuses the request.
 type Result<T, E = Answer> = std::result::Result<T, E>;
 
 impl Answer {
     fn ok(label: &'static str, text: String) -> Answer {
-        Answer(StatusCode::OK, label, text, None)
+        Answer(StatusCode::OK, label, text, None, None)
     }
     fn unauthenticated(why: impl Into<String>) -> Answer {
-        Answer(StatusCode::UNAUTHORIZED, "unauthenticated", why.into(), None)
+        Answer(StatusCode::UNAUTHORIZED, "unauthenticated", why.into(), None, None)
+    }
+    /// A unix peer whose container cannot be told (401).
+    fn unplaced(e: &CgroupUnknown) -> Answer {
+        let why = format!("cannot tell which container is connected: {e}");
+        // NB: a peer that exited before it was read did it to itself; the rest (no hostPID, a
+        // procfs not the host's) are the agent's own failing.
+        let ours = (!matches!(e, CgroupUnknown::Exited(_))).then_some("procfs");
+        Answer(StatusCode::UNAUTHORIZED, "unauthenticated", why, None, ours)
     }
     fn forbidden(why: impl Into<String>) -> Answer {
-        Answer(StatusCode::FORBIDDEN, "forbidden", why.into(), None)
+        Answer(StatusCode::FORBIDDEN, "forbidden", why.into(), None, None)
     }
-    fn unavailable(why: impl Into<String>) -> Answer {
-        Answer(StatusCode::SERVICE_UNAVAILABLE, "unavailable", why.into(), Some(5))
+    /// The agent's `cause` (`coordinator`, `runtime`, `token-review`, `procfs`) cannot say.
+    fn unavailable(cause: &'static str, why: impl Into<String>) -> Answer {
+        Answer(StatusCode::SERVICE_UNAVAILABLE, "unavailable", why.into(), Some(5), Some(cause))
     }
     fn invalid(code: StatusCode, why: impl Into<String>) -> Answer {
-        Answer(code, "invalid", why.into(), None)
+        Answer(code, "invalid", why.into(), None, None)
     }
     fn too_large() -> Answer {
         let why = format!("status body is limited to {MAX_STATUS_BODY} bytes");
@@ -138,11 +148,11 @@ impl Answer {
         let secs = t.retry_after.as_secs_f64().ceil().max(1.0) as u64;
         let whose = t.whose;
         let why = format!("too many tokens the API server refused came from {whose} lately: not reviewed; send a valid token again in {secs} s");
-        Answer(StatusCode::TOO_MANY_REQUESTS, "throttled", why, Some(secs))
+        Answer(StatusCode::TOO_MANY_REQUESTS, "throttled", why, Some(secs), None)
     }
 
     fn into_response(self) -> Response {
-        let Answer(code, _, text, retry) = self;
+        let Answer(code, _, text, retry, _) = self;
         let body = format!("{}\n", text.trim_end());
         match (code, retry) {
             (StatusCode::UNAUTHORIZED, _) => {
@@ -152,6 +162,35 @@ impl Answer {
                 (code, [(header::RETRY_AFTER, secs.to_string())], body).into_response()
             }
             _ => (code, body).into_response(),
+        }
+    }
+}
+
+/// When each agent-side cause of a refusal ([`Answer`]'s fifth field) was last said at WARN.
+/// NB: per process, not per server: it paces a log, and the agent runs one worker API.
+static WARNED: std::sync::Mutex<Warned> = std::sync::Mutex::new(Warned(Vec::new()));
+
+/// Paces the warnings of refusals the agent's own side caused: a node whose every worker is
+/// refused (its coordinator down, no hostPID, no RBAC for TokenReviews) says why once a minute
+/// per cause, not once per beat.
+struct Warned(Vec<(&'static str, tokio::time::Instant)>);
+
+impl Warned {
+    const EVERY: Duration = Duration::from_secs(60);
+
+    /// Whether a refusal for `cause` at `now` is to be warned about: the first, and then one a
+    /// minute; noted as said when it is.
+    fn due(&mut self, cause: &'static str, now: tokio::time::Instant) -> bool {
+        match self.0.iter_mut().find(|(c, _)| *c == cause) {
+            Some((_, at)) if now.saturating_duration_since(*at) < Self::EVERY => false,
+            Some((_, at)) => {
+                *at = now;
+                true
+            }
+            None => {
+                self.0.push((cause, now));
+                true
+            }
         }
     }
 }
@@ -177,10 +216,22 @@ async fn status(
         Peer::Unix { .. } => "unix",
     };
     s.metrics.worker_api.write(listener, answer.1);
-    if answer.0 == StatusCode::FORBIDDEN {
-        tracing::warn!(worker = %id, "worker API: refused: {}", answer.2);
-    } else if answer.0 != StatusCode::OK {
-        tracing::debug!(worker = %id, code = answer.0.as_u16(), "worker API: {}", answer.2);
+    let (code, now) = (answer.0.as_u16(), tokio::time::Instant::now());
+    let warned = || WARNED.lock().unwrap_or_else(|p| p.into_inner());
+    match (answer.4.filter(|&cause| warned().due(cause, now)), answer.0) {
+        (Some(cause), _) => tracing::warn!(
+            worker = %id,
+            code,
+            cause,
+            "worker API: refused for the agent's own failing (said once a minute per cause, every refusal counted in vigil_worker_api_writes_total): {}",
+            answer.2
+        ),
+        (None, StatusCode::FORBIDDEN) => {
+            tracing::warn!(worker = %id, "worker API: refused: {}", answer.2)
+        }
+        (None, StatusCode::OK) => {}
+        // A worker's own bad request, or an agent-side cause said within the minute.
+        (None, _) => tracing::debug!(worker = %id, code, "worker API: {}", answer.2),
     }
     answer.into_response()
 }
@@ -216,7 +267,7 @@ impl WorkerApiState {
         }
         let heartbeat = rank_field("heartbeat", write.rank);
         let now = write_status(&*self.coord, &self.keys, id, &write.fields, &heartbeat).await;
-        let now = now.map_err(|e| Answer::unavailable(e.to_string()))?;
+        let now = now.map_err(|e| Answer::unavailable("coordinator", e.to_string()))?;
         // NB: best effort: the beat is stored; a failed read only leaves the request for the next.
         let record = self.coord.hgetall(&self.keys.status(id)).await.unwrap_or_default();
         let mut answer = pending_checkpoint(&record, write.rank);
@@ -235,7 +286,7 @@ impl WorkerApiState {
     async fn answer_read(&self, peer: &Peer, id: &str, headers: &HeaderMap) -> Result<Answer> {
         self.admit(peer, id, headers).await?;
         let record = self.coord.hgetall(&self.keys.status(id)).await;
-        let record = record.map_err(|e| Answer::unavailable(e.to_string()))?;
+        let record = record.map_err(|e| Answer::unavailable("coordinator", e.to_string()))?;
         let fields = record.into_iter().map(|(k, v)| (k, v.into()));
         Ok(Answer::ok("read", Value::Object(fields.collect()).to_string()))
     }
@@ -267,12 +318,11 @@ impl WorkerApiState {
         let name = c.display();
         let pid = ask_runtime(self.directory.init_pid(&c.id)).await?.ok_or_else(|| {
             let why = format!("the container runtime names no process for {name}: cannot prove the caller is in it");
-            Answer::unavailable(why)
+            Answer::unavailable("runtime", why)
         })?;
-        let init = self
-            .procfs
-            .cgroup_of_pid(pid)
-            .map_err(|e| Answer::unavailable(format!("the init process of {name}: {e}")))?;
+        let init = self.procfs.cgroup_of_pid(pid).map_err(|e| {
+            Answer::unavailable("procfs", format!("the init process of {name}: {e}"))
+        })?;
         if within(cgroup, &init, &c.id) {
             return Ok(());
         }
@@ -288,9 +338,7 @@ impl WorkerApiState {
                 Some(id) => Caller::Container { id, cgroup: cgroup.clone() },
                 None => Caller::HostProcess { pid: *pid },
             }),
-            Peer::Unix { cgroup: Err(why), .. } => Err(Answer::unauthenticated(format!(
-                "cannot tell which container is connected: {why}"
-            ))),
+            Peer::Unix { cgroup: Err(e), .. } => Err(Answer::unplaced(e)),
             Peer::Tcp(addr) => match self.tcp_auth {
                 // NB: config validation refuses `none` off loopback; this holds if it ever
                 // did not.
@@ -314,7 +362,8 @@ impl WorkerApiState {
             return Err(Answer::unauthenticated(why));
         }
         let reviewer = self.reviewer.as_ref().ok_or_else(|| {
-            Answer::unavailable("the Kubernetes API is not available to review tokens")
+            let why = "the Kubernetes API is not available to review tokens";
+            Answer::unavailable("token-review", why)
         })?;
         // NB: a token the reviewer does not know is charged to its sender's address and to the
         // node before the API server is asked ([`ReviewBudget`]); a vouched one (a real
@@ -335,7 +384,7 @@ impl WorkerApiState {
             Ok(Reviewed::Pod { pod, node }) => Caller::Pod { pod, node },
             Ok(Reviewed::Refused(why)) => return Err(Answer::unauthenticated(why)),
             Ok(Reviewed::NotAPod(why)) => return Err(Answer::forbidden(why)),
-            Err(e) => return Err(Answer::unavailable(e.to_string())),
+            Err(e) => return Err(Answer::unavailable("token-review", e.to_string())),
         };
         // Given back for a pod of this node only: a pod's token minted elsewhere is no worker
         // here.
@@ -407,8 +456,10 @@ async fn ask_runtime<T>(
 ) -> Result<T> {
     tokio::time::timeout(LIST_TIMEOUT, call)
         .await
-        .map_err(|_| Answer::unavailable("the container runtime did not answer in time"))?
-        .map_err(|e| Answer::unavailable(format!("the container runtime: {e}")))
+        .map_err(|_| {
+            Answer::unavailable("runtime", "the container runtime did not answer in time")
+        })?
+        .map_err(|e| Answer::unavailable("runtime", format!("the container runtime: {e}")))
 }
 
 /// Reads a status body of at most [`MAX_STATUS_BODY`] bytes, answering 413 (after draining, see

@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{pending_checkpoint, router, WorkerApiState, MAX_STATUS_BODY, MAX_TOKEN};
+use super::{
+    pending_checkpoint, router, Answer, Warned, WorkerApiState, MAX_STATUS_BODY, MAX_TOKEN,
+};
 use crate::clock::SystemClock;
 use crate::config::WorkerAuth;
 use crate::coord::memory::MemoryCoordinator;
 use crate::coord::{Coordinator, Keys};
 use crate::http::listen::{bind_unix, serve_router, UnixPeers};
-use crate::http::procfs::Procfs;
+use crate::http::procfs::{CgroupUnknown, Procfs};
 use crate::metrics::Metrics;
 use crate::runtime::container::{Container, PodIdentity, PodRef};
 use crate::worker_api::directory::WorkerDirectory;
@@ -385,6 +387,35 @@ fn a_request_the_container_acknowledged_is_pending_for_no_rank() {
         let answer = pending_checkpoint(&pending, Some(1));
         let id = answer.get("checkpoint_request").and_then(|v| v.as_str());
         assert_eq!(id, Some("r"), "{pending:?}");
+    }
+}
+
+/// A refusal the agent's own side caused (its coordinator, runtime, API server access, procfs)
+/// names its cause and is warned about at once, then once a minute per cause; a worker's own bad
+/// request names none (DEBUG only).
+#[test]
+fn agent_side_refusals_are_warned_once_a_minute_per_cause() {
+    use axum::http::StatusCode;
+    let (t0, s) = (tokio::time::Instant::now(), Duration::from_secs);
+    let mut warned = Warned(Vec::new());
+    assert!(warned.due("coordinator", t0));
+    assert!(!warned.due("coordinator", t0 + s(59)), "said within the minute");
+    assert!(warned.due("runtime", t0 + s(59)), "another cause is said at once");
+    assert!(warned.due("coordinator", t0 + s(60)));
+    assert!(!warned.due("coordinator", t0 + s(119)));
+    assert!(!warned.due("runtime", t0 + s(118)));
+
+    assert_eq!(Answer::unavailable("token-review", "connection refused").4, Some("token-review"));
+    assert_eq!(Answer::unplaced(&CgroupUnknown::Invisible(0)).4, Some("procfs"), "no hostPID");
+    let own = [
+        Answer::unplaced(&CgroupUnknown::Exited(42)),
+        Answer::unauthenticated("no token"),
+        Answer::forbidden("another pod's worker"),
+        Answer::invalid(StatusCode::BAD_REQUEST, "bad body"),
+        Answer::too_large(),
+    ];
+    for answer in own {
+        assert_eq!(answer.4, None, "{}: {}", answer.0, answer.2);
     }
 }
 

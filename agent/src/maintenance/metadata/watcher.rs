@@ -62,8 +62,8 @@ pub struct WatchConfig {
 /// Quick start-up attempts with `metadata.enabled = "on"`, against `auto`'s 3: the operator says
 /// the server is there, so give a late network longer. With the defaults they take about 6 s
 /// when each connect fails at once (refused, no route: 29 pauses of 200 ms); a connect that
-/// hangs instead takes up to the client's connect timeout (5 s in the agent), so 30 such
-/// attempts take up to about 2.6 min (30 × 5 s and the pauses).
+/// hangs instead takes up to the client's connect timeout (2.5 s in the agent), so 30 such
+/// attempts take up to about 1.4 min (30 × 2.5 s and the pauses).
 const ON_STARTUP_ATTEMPTS: u32 = 30;
 
 /// NB: the longest pause between probes past the quick attempts while `gce_known` (the start-up
