@@ -7,6 +7,9 @@
 //!   on another node's;
 //! - the agent user runs whole cycles, through an incident to a restart, and the operator's
 //!   `vigil status` and `vigil explain`, with no command refused;
+//! - the agent user runs a gang's member on each of two nodes, `gang.pace` on: the pace a
+//!   member's entry keeps is read (`HGET`) and, once the ranks stop, a departed member's entry
+//!   is removed from the gang's view (a script of `HGET` and `HDEL`), with no command refused;
 //! - a record under the layout before the status records had their own prefix is still read for
 //!   one release (a hung worker found under it), and a new-layout record wins over it.
 
@@ -19,6 +22,7 @@ use std::time::Duration;
 use common::fakes::{FakeRuntime, RecordingSink};
 use common::real::{free_port, vigil, wait_listening};
 use vigil::alerts::Notifier;
+use vigil::clock::Millis;
 use vigil::config::Config;
 use vigil::coord::redis::RedisCoordinator;
 use vigil::coord::{write_status, Coordinator, Keys};
@@ -418,5 +422,118 @@ async fn the_agent_user_runs_whole_cycles_through_a_restart() {
         redis.refusals().await,
         Vec::<String>::new(),
         "the agent user lacks nothing a cycle, a restart or the CLI needs"
+    );
+}
+
+const GANG: &str = "ml/train";
+/// A member departed for good (its pod replaced under a new name): its entry in the view.
+const DEPARTED: &str = "gpu-9/rank-9";
+
+/// [`fast_config`] on `node`, the gang's pace watched.
+fn gang_config(url: &str, node: &str) -> Config {
+    let mut cfg = fast_config(url);
+    cfg.node_name = node.into();
+    cfg.gang.pace.enabled = true;
+    cfg.validate().unwrap();
+    cfg
+}
+
+/// The agent of `node`, as the agent user, watching its worker `trainer-0` (container `c1`).
+fn gang_agent(redis: &AclRedis, node: &str) -> Agent {
+    let coord: Arc<dyn Coordinator> =
+        Arc::new(RedisCoordinator::new(&redis.agent_url(), Duration::from_secs(2)).unwrap());
+    let runtime = FakeRuntime::default();
+    runtime.add("c1", "trainer-0");
+    let metrics = Arc::new(Metrics::new());
+    let notifier = Notifier::new(Some(Arc::new(RecordingSink::default())), metrics.clone());
+    let cfg = gang_config(&redis.agent_url(), node);
+    Agent::new(cfg, coord, Arc::new(runtime), notifier, metrics)
+}
+
+/// Worker `trainer-0` of `node` beats once as a rank of [`GANG`] (of 2), as its own worker
+/// user: when, on the Redis clock.
+async fn rank_beats(redis: &AclRedis, node: &str) -> Millis {
+    let as_worker =
+        RedisCoordinator::new(&redis.worker_url(node, "trainer-0"), Duration::from_secs(2))
+            .unwrap();
+    let fields = [("state", "processing"), ("gang", GANG), ("gang_size", "2")]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+    let keys = Keys::new("vigil", node);
+    write_status(&as_worker, &keys, "trainer-0", &fields, "heartbeat").await.unwrap()
+}
+
+/// The member ids in the gang's view (its one shard), sorted, as the default user reads them.
+async fn view_ids(redis: &AclRedis) -> Vec<String> {
+    let shard = Keys::new("vigil", NODE).gang_members(GANG, 0);
+    let view: std::collections::HashMap<String, String> =
+        redis::cmd("HGETALL").arg(shard).query_async(&mut redis.admin().await).await.unwrap();
+    let mut ids: Vec<String> = view.into_keys().collect();
+    ids.sort();
+    ids
+}
+
+/// One cycle of each agent, none failing at the coordinator or the runtime.
+async fn cycle_each(agents: &mut [Agent]) {
+    for agent in agents.iter_mut() {
+        let r = agent.cycle().await;
+        assert!(r.coordinator_error.is_none(), "{r:?}");
+        assert!(r.runtime_error.is_none(), "{r:?}");
+    }
+}
+
+/// A gang of two ranks (`trainer-0` on [`NODE`] and on [`OTHER`], one agent each, as the agent
+/// user, `gang.pace` on) and a departed member's entry in its view: each agent reads the pace its
+/// member's entry keeps (`HGET`) as it starts watching it; once the ranks stop, the gang's reader
+/// reads every entry and removes the departed one (compare-and-delete: a script of `HGET` and
+/// `HDEL`); no command is refused. (The single worker above never takes a gang step: a line
+/// without `+hget` passed it for a round.) Without `+hget` on the documented line the pace's read
+/// is refused (in the ACL log, and the members' entries are never written); without `+hdel` the
+/// script fails at its `HDEL` (in the ACL log) and the departed entry stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_user_reads_a_gang_s_kept_pace_and_prunes_its_view() {
+    let redis = AclRedis::start();
+    let mut agents = [gang_agent(&redis, NODE), gang_agent(&redis, OTHER)];
+    redis.reset_log().await;
+    let beat = rank_beats(&redis, NODE).await;
+    rank_beats(&redis, OTHER).await;
+    // Its entry unwritten for just over twice the view's gone_after (`policy_gang::Timing`).
+    let gone_after = {
+        let cfg = gang_config(&redis.agent_url(), NODE);
+        let silent = cfg.poll_interval * 3 + cfg.runtime.restart_timeout;
+        (silent * 4).max(cfg.policy.stale_after * 2).as_millis() as Millis
+    };
+    let at = beat - 2 * gone_after - 1_000;
+    let departed = serde_json::json!({"n": "gpu-9", "w": "rank-9", "v": "healthy", "s": "w",
+                                      "ok": 120_000, "at": at, "hb": at});
+    let shard = Keys::new("vigil", NODE).gang_members(GANG, 0);
+    let _: i64 = redis::cmd("HSET")
+        .arg(&shard)
+        .arg(DEPARTED)
+        .arg(departed.to_string())
+        .query_async(&mut redis.admin().await)
+        .await
+        .unwrap();
+    // The ranks fresh: each agent reads its member's kept pace (its only `HGET`), then writes
+    // its entry; a healthy gang reads no view, so nothing is removed yet.
+    redis.reset_stats().await;
+    cycle_each(&mut agents).await;
+    assert!(redis.commands().await.0.contains(&"hget".to_string()), "the kept pace was read");
+    assert_eq!(redis.refusals().await, Vec::<String>::new(), "the kept pace's read is allowed");
+    assert_eq!(view_ids(&redis).await, [DEPARTED, "gpu-a/trainer-0", "gpu-b/trainer-0"]);
+    // The ranks stop: a member stale, its agent takes the gang step, and the gang's reader for
+    // the poll interval reads every entry and removes the departed one.
+    let started = std::time::Instant::now();
+    while view_ids(&redis).await.contains(&DEPARTED.to_string()) {
+        if started.elapsed() > Duration::from_secs(30) {
+            panic!("the departed entry still there after 30 s: {:?}", redis.refusals().await);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        cycle_each(&mut agents).await;
+    }
+    assert_eq!(view_ids(&redis).await, ["gpu-a/trainer-0", "gpu-b/trainer-0"], "the live stay");
+    assert_eq!(
+        redis.refusals().await,
+        Vec::<String>::new(),
+        "the agent user lacks nothing a gang's pace and view need"
     );
 }
