@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use vigil::alerts::alertmanager::AlertmanagerSink;
-use vigil::alerts::{Alert, AlertKind, AlertSink, Resolve, NO_WORKER};
+use vigil::alerts::{no_worker, Alert, AlertKind, AlertSink, Resolve};
 
 use common::real::{free_port, require};
 
@@ -199,7 +199,7 @@ async fn an_incident_s_alert_at_no_worker_is_reposted_and_resolves() {
         am.active_where("incident", "g-1").await.iter().any(|a| a["updatedAt"] != updated)
     })
     .await;
-    sink.resolve("gpu-node-1", NO_WORKER, Resolve::Recovered).await;
+    sink.resolve("gpu-node-1", &no_worker("g-1"), Resolve::Recovered).await;
     eventually("its end resolves it", async || am.active_where("incident", "g-1").await.is_empty())
         .await;
 }

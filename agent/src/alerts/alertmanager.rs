@@ -167,7 +167,7 @@ impl AlertSink for AlertmanagerSink {
             let Ok(mut open) = self.open.lock() else { return };
             let (ended, kept) = std::mem::take(&mut *open).into_iter().partition(|(_, o)| {
                 o.alert.node == node
-                    && o.alert.kept_under() == Some(worker)
+                    && o.alert.kept_under().as_deref() == Some(worker)
                     && end.covers(o.alert.kind)
             });
             *open = kept;
@@ -285,7 +285,14 @@ mod tests {
         assert!(sink.open_workers("gpu-7").is_empty(), "{:?}", sink.open_workers("gpu-7"));
         sink.resolve("gpu-7", "trainer-0", Resolve::Recovered).await;
         assert_eq!(sink.open(), 1, "a worker's end is not its");
-        sink.resolve("gpu-7", crate::alerts::NO_WORKER, Resolve::Recovered).await;
+        // Another gang blocked on the node (another tenant's): its end is not this one's.
+        let mut other = blocked.clone();
+        (other.incident, other.gang) = (Some("g-2".into()), Some("dev/run-9/0".into()));
+        assert!(sink.send(&other).await.is_err(), "nothing listens");
+        assert_eq!(sink.open(), 2);
+        sink.resolve("gpu-7", &crate::alerts::no_worker("g-2"), Resolve::Recovered).await;
+        assert_eq!(sink.open(), 1, "the other gang's end resolves only its own");
+        sink.resolve("gpu-7", &crate::alerts::no_worker("g-1"), Resolve::Recovered).await;
         assert_eq!(sink.open(), 0);
     }
 }

@@ -152,11 +152,18 @@ pub struct Alert {
     pub(crate) dry_run: bool,
 }
 
-/// The worker name an incident's alert placed at no worker (a gang's, with no member to place it
-/// at) is kept open under by the sinks that keep alerts open, and resolved under by the engine
-/// ([`AlertSink::resolve`]). NB: empty, so never a worker's id (1–128 characters), and never
-/// among a sink's `open_workers`: the roster does not end it, its incident does.
-pub const NO_WORKER: &str = "";
+/// The prefix of the name an incident's alert placed at no worker (a gang's, with no member to
+/// place it at) is kept open under by the sinks that keep alerts open, and resolved under by the
+/// engine ([`AlertSink::resolve`]): `@<incident>` ([`no_worker`]). NB: `@` is in no worker id
+/// (`[A-Za-z0-9._-]`), so it is never among a sink's `open_workers` (the roster does not end it,
+/// its incident does); one per incident, so one gang's end never resolves another's alert
+/// (two gangs — two tenants — blocked on one node).
+pub const NO_WORKER: &str = "@";
+
+/// The name incident `incident`'s alert placed at no worker is kept under.
+pub fn no_worker(incident: &str) -> String {
+    format!("{NO_WORKER}{incident}")
+}
 
 impl Alert {
     pub fn new(kind: AlertKind, node: &str, detail: impl Into<String>) -> Alert {
@@ -165,13 +172,13 @@ impl Alert {
     }
 
     /// The worker a sink that keeps alerts open keeps this one under, for the end that resolves
-    /// it: its own, or [`NO_WORKER`] for an incident's alert placed at no worker. None for a
-    /// node-wide alert (neither a worker nor an incident: `coordinator-down`, `breaker-open`…),
-    /// which no end resolves.
-    pub(crate) fn kept_under(&self) -> Option<&str> {
-        match (self.worker.as_deref(), &self.incident) {
-            (Some(w), _) => Some(w),
-            (None, Some(_)) => Some(NO_WORKER),
+    /// it: its own, or [`no_worker`] of its incident for an incident's alert placed at no
+    /// worker. None for a node-wide alert (neither a worker nor an incident: `coordinator-down`,
+    /// `breaker-open`…), which no end resolves.
+    pub(crate) fn kept_under(&self) -> Option<String> {
+        match (&self.worker, &self.incident) {
+            (Some(w), _) => Some(w.clone()),
+            (None, Some(inc)) => Some(no_worker(inc)),
             (None, None) => None,
         }
     }

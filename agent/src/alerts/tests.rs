@@ -269,7 +269,7 @@ async fn an_incident_s_alert_at_no_worker_is_resolved_with_its_incident() {
     pd.send(&blocked).await.unwrap();
     assert!(pd.open_workers("gpu-7").is_empty(), "{:?}", pd.open_workers("gpu-7"));
     let alone = std::slice::from_ref(&blocked);
-    assert_eq!(resolves_of(alone, NO_WORKER, Resolve::Recovered).await, INC_1_KEYS);
+    assert_eq!(resolves_of(alone, &no_worker("inc-1"), Resolve::Recovered).await, INC_1_KEYS);
 }
 
 /// A gang's alert with an incident but no member to place it at (no member records) had no

@@ -109,7 +109,7 @@ impl AlertSink for WebhookSink {
     async fn send(&self, alert: &Alert) -> Result<(), AlertError> {
         if let (WebhookFormat::Pagerduty, Some(w)) = (self.format, alert.kept_under()) {
             if let Ok(mut open) = self.open.lock() {
-                let events = open.entry((alert.node.clone(), w.to_string())).or_default();
+                let events = open.entry((alert.node.clone(), w)).or_default();
                 let key = dedup_key(alert);
                 let event = Open { kind: alert.kind, incident: alert.incident.clone(), key };
                 if !events.contains(&event) {
@@ -127,7 +127,7 @@ impl AlertSink for WebhookSink {
 
     fn open_workers(&self, node: &str) -> Vec<String> {
         let Ok(open) = self.open.lock() else { return Vec::new() };
-        let workers = open.keys().filter(|(n, w)| n == node && w != NO_WORKER);
+        let workers = open.keys().filter(|(n, w)| n == node && !w.starts_with(NO_WORKER));
         workers.map(|(_, w)| w.clone()).collect()
     }
 

@@ -100,8 +100,8 @@ impl<'a> Pager<'a> {
     fn remember(&mut self, at: Unit, alert: &Alert) {
         if let (Unit::Gang, Some(gang), Some(w)) = (at, &alert.gang, alert.kept_under()) {
             let sent = self.sent.entry(gang.clone()).or_default();
-            if !sent.iter().any(|(n, x)| *n == alert.node && x == w) {
-                sent.push((alert.node.clone(), w.to_string()));
+            if !sent.iter().any(|(n, x)| *n == alert.node && *x == w) {
+                sent.push((alert.node.clone(), w));
             }
         }
     }
@@ -121,7 +121,7 @@ impl<'a> Pager<'a> {
         // other nodes or at no member (the gang moves again); not those at its siblings on this
         // node (a straggler's page), which their own evaluation ends.
         let (ended, kept): (Vec<_>, Vec<_>) = sent.into_iter().partition(|(node, worker)| {
-            fine.is_none_or(|w| *node != here || worker == w || worker == NO_WORKER)
+            fine.is_none_or(|w| *node != here || worker == w || worker.starts_with(NO_WORKER))
         });
         if !kept.is_empty() {
             self.sent.insert(gang.to_string(), kept);
@@ -250,7 +250,7 @@ mod tests {
             pager.resolve_gang_alerts(&g.id, fine).await;
         }
         assert_eq!(sink.count(AlertKind::GangBlocked), 2);
-        assert_eq!(sink.resolved(), vec![(NO_WORKER.to_string(), Resolve::Recovered); 2]);
+        assert_eq!(sink.resolved(), vec![(crate::alerts::no_worker("g-1"), Resolve::Recovered); 2]);
         assert!(sent.is_empty(), "nothing left to resolve");
     }
 }
