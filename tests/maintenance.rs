@@ -673,6 +673,27 @@ async fn a_restarted_agent_adopts_its_nodes_claim_and_takes_the_label_off_when_d
     assert_eq!(trail[1], "maintenance done; pool claim released", "the label goes with it");
 }
 
+/// The other agent of an HA pair holds its node's claim, renewing it: this one leaves it alone
+/// (two agents renewing one claim fought over its label), and adopts it only once it has not
+/// been renewed for two polls (its holder gone).
+#[tokio::test]
+async fn a_live_sibling_s_claim_is_not_adopted_until_it_stops_renewing_it() {
+    let mut fleet = opportunistic_fleet(1, "processing", |_| {}).await;
+    let (claim, cfg) =
+        (fleet.nodes[0].keys.maintenance_claim("pool-a"), fleet.nodes[0].cfg.clone());
+    let ttl = Duration::from_secs(2 * 3600);
+    assert!(fleet.store.set_nx(&claim, "gpu-0:5151b1b1", ttl).await.unwrap());
+    fleet.nodes[0].controller().apply(pending()).await;
+    fleet.nodes[0].controller().opportunistic().await;
+    assert_eq!(perform_label(&fleet.nodes[0].node_api), None, "the sibling's: left alone");
+    assert!(claim_trail(&fleet, 0).await.is_empty());
+    // Its holder stops renewing it: two polls on, this agent adopts it.
+    fleet.clock.advance(cfg.poll_interval * 3);
+    fleet.nodes[0].controller().opportunistic().await;
+    let label = perform_label(&fleet.nodes[0].node_api);
+    assert_eq!(label, Some(Some("true".into())), "adopted once its holder is gone");
+}
+
 /// An agent that comes back after the maintenance it asked for is over (a VM stopped for its
 /// host maintenance, then started again) releases the claim its node took and takes the label
 /// off at once; a claim naming another node of the pool is left alone. Before, the claim lapsed

@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::accel::gpu::model::GpuStatus;
-use crate::clock::{human, Millis};
+use crate::clock::{human, ms, Millis};
 use crate::config::Config;
 use crate::coord::lease::Lease;
 use crate::coord::{Coordinator, Keys};
@@ -133,6 +133,9 @@ impl Opportunistic {
         // blocks) must not hold the pool's turn until the window: it is given back after
         // `claim_ttl`, and the idle check decides again.
         if st.phase == Phase::Pending && self.waited(ttl).await {
+            // NB: idle_for again before this node claims again: the pool's other idle nodes
+            // get their turn first, not a label off and on at this node's next poll.
+            let _ = self.coord.del(&[self.keys.idle_since()]).await;
             let why = "the maintenance did not start within opportunistic.claim_ttl of the request; pool claim given back";
             return self.release(why).await;
         }
@@ -157,7 +160,7 @@ impl Opportunistic {
     async fn waited(&self, ttl: Duration) -> bool {
         let Some(c) = &self.claimed else { return false };
         let now = self.coord.time().await.ok();
-        now.is_some_and(|now| now - c.taken >= crate::clock::ms(ttl))
+        now.is_some_and(|now| now - c.taken >= ms(ttl))
     }
 
     /// Each poll while holding none (once the pool is known): a claim of this node's pool that
@@ -168,11 +171,18 @@ impl Opportunistic {
     /// to adopt (or Redis did not answer: asked again at the next poll).
     ///
     /// NB: adopted rather than released at once: the node may be in the maintenance it asked
-    /// for, and a released claim would let a second node of the pool go too.
+    /// for, and a released claim would let a second node of the pool go too. Only once its
+    /// holder has not renewed it for two polls: a live one (the other agent of an HA pair)
+    /// keeps it, and two agents renewing one claim would fight over its label.
     async fn adopt(&mut self, st: &MaintenanceState) -> Option<ClaimStep> {
         let key = self.keys.maintenance_claim(&self.pool);
         let value = self.coord.get(&key).await.ok()?;
         let token = value.filter(|v| claim_holder(v) == Some(self.cfg.node_name.as_str()))?;
+        let left = self.coord.owner_ttl(&key, &token).await.ok()??;
+        let unrenewed = ms(self.cfg.opportunistic.claim_ttl) - left;
+        if unrenewed <= ms(self.cfg.poll_interval * 2) {
+            return None;
+        }
         let c = Claim::new(key, token, self.coord.time().await.ok()?);
         if claim_done(st.phase, self.started.elapsed(), self.cfg.metadata.first_read_wait) {
             self.claimed = Some(c);
@@ -231,7 +241,7 @@ impl Opportunistic {
         let Some((now, since)) = self.idle_since(gpus).await else { return ClaimStep::Unchanged };
         // NB: the fleet is read only once the node has been idle long enough to claim: an idle
         // node does not read every record of the fleet every tick.
-        if now - since < crate::clock::ms(self.cfg.opportunistic.idle_for) {
+        if now - since < ms(self.cfg.opportunistic.idle_for) {
             return ClaimStep::Unchanged;
         }
         let Some(others) = self.others_serving(now).await else { return ClaimStep::Unchanged };
@@ -349,7 +359,7 @@ impl Opportunistic {
         };
         // NB: a claim lasts `claim_ttl` at least: a node whose window starts within it may go
         // while this one is away.
-        let until = now + crate::clock::ms(self.cfg.opportunistic.claim_ttl);
+        let until = now + ms(self.cfg.opportunistic.claim_ttl);
         let serving =
             |r: &fleet::NodeRecord| serves(&r.maintenance, r.maintenance_window, health(r), until);
         Some(same_pool.filter(|r| serving(r)).count())

@@ -217,16 +217,19 @@ impl CriRuntime {
         }
     }
 
-    /// Whether `c` exited with status 0 (or its status cannot be read): done, not a worker that
-    /// stopped. NB: an init container that ran (its pod still starting), a Job's worker that
-    /// succeeded or one that left cleanly at its pod's deletion keeps its ready sandbox a while:
-    /// listed as exited, each was an `exited` alert. A running one asks nothing.
+    /// Whether `c` is a first attempt that exited with status 0: done, not a worker that
+    /// stopped. NB: an init container that ran (its pod still starting) or a Job's worker that
+    /// succeeded keeps its ready sandbox a while: listed as exited, each was an `exited` alert.
+    /// A later attempt is never done (a worker in back-off after restarts, even one that saved
+    /// and left cleanly on SIGTERM), nor one whose status cannot be read: a worker dropped from
+    /// the listing has its pages resolved as gone. A running one asks nothing.
     async fn completed(&self, c: &CriContainer) -> bool {
-        if c.state == ContainerState::ContainerRunning as i32 {
+        let first = c.metadata.as_ref().is_some_and(|m| m.attempt == 0);
+        if c.state != ContainerState::ContainerExited as i32 || !first {
             return false;
         }
         let status = self.status(&c.id, false).await.ok().flatten().and_then(|r| r.status);
-        status.is_none_or(|s| s.exit_code == 0)
+        status.is_some_and(|s| s.exit_code == 0)
     }
 
     /// `StopContainer` of container `id` with `stop_grace` (0: SIGKILL at once).
