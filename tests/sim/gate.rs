@@ -361,6 +361,7 @@ impl SimCoord {
                 Op::Hset { ttl: Some(_), .. } => "HSET+EXPIRE",
                 Op::IndexTouch { .. } => "ZADD",
                 Op::Hdel { .. } => "HDEL",
+                Op::Expire { .. } => "PEXPIRE",
             };
             self.around(name, op.key(), true, one).await?;
         }

@@ -3,7 +3,8 @@
 //! restart lock and a pool's opportunistic-maintenance claim are leases.
 //!
 //! NB: Redis expires a key by the wall clock, and a lease can outlive its holder's pause: the
-//! holder checks the time left ([`Lease::left`]) right before acting, never only at the claim.
+//! holder checks the time left ([`Lease::left`]) or renews it ([`Lease::renew`]) right before
+//! acting, never only at the claim.
 
 use std::time::Duration;
 

@@ -211,6 +211,11 @@ fn apply_op(data: &mut Data, now: Millis, op: &Op) -> Option<u64> {
         Op::Hdel { key, fields } => {
             hash_remove(data, key, |f, _| fields.contains(f));
         }
+        Op::Expire { key, ttl } => {
+            if let Some(e) = data.get_mut(key) {
+                e.expires = Some(now + ms(*ttl));
+            }
+        }
         Op::Counter { key } => return Some(counter_of(data, key)),
     }
     None

@@ -135,6 +135,8 @@ pub enum Op {
     Counter { key: String },
     /// Remove fields of a hash (absent ones are no error; the hash goes with its last field).
     Hdel { key: String, fields: Vec<String> },
+    /// Set an existing key's TTL (an absent key stays absent: nothing is written back).
+    Expire { key: String, ttl: Duration },
 }
 
 impl Op {
@@ -145,7 +147,8 @@ impl Op {
             | Op::Hset { key, .. }
             | Op::IndexTouch { key, .. }
             | Op::Counter { key }
-            | Op::Hdel { key, .. } => key,
+            | Op::Hdel { key, .. }
+            | Op::Expire { key, .. } => key,
         }
     }
 }

@@ -17,7 +17,6 @@ use crate::coord::caps::Caps;
 use crate::coord::{CoordError, Coordinator, Keys, Op};
 use crate::fleet::view::{self as fleet, publish, NodeRecord, Upkeep};
 use crate::hang::context::Context;
-use crate::hang::marks::MARK_TTL;
 use crate::hang::model_gang::GangCycle;
 use crate::hang::policy_gang::Timing;
 use crate::hang::stand_down::NodeWatch;
@@ -60,8 +59,8 @@ pub(crate) struct Cycle {
     pub(crate) verdicts: BTreeMap<String, String>,
     /// Where each worker of the last cycle runs, for the heartbeat record.
     pub(crate) places: BTreeMap<String, String>,
-    /// Progress marks to write with this cycle's batch: (key, value).
-    pub(crate) deferred: Vec<(String, String)>,
+    /// Marks to write with this cycle's batch (progress, rhythm; an incarnation's TTL).
+    pub(crate) deferred: Vec<Op>,
     /// The coordinator's clock as last read in this cycle (stamps the node record).
     pub(crate) now: Millis,
     /// The gang entries to write with the batch, the gang views read this cycle, the breaker.
@@ -126,8 +125,7 @@ impl Cycle {
         let place = fleet::place_value(&rec);
         let upkeep = self.upkeep(&place, now);
         let mut ops = fleet::publish_ops(keys, &rec, ctx.cfg.fleet.heartbeat_ttl, upkeep);
-        let marks = self.deferred.drain(..);
-        ops.extend(marks.map(|(key, value)| Op::Set { key, value, ttl: MARK_TTL }));
+        ops.append(&mut self.deferred);
         // The members' entries in their gangs' views: one hash write per gang shard, whatever
         // the number of this node's members in it, with a TTL that outlives a silent agent's
         // entries long enough to report them.

@@ -320,6 +320,9 @@ fn add_op(pipe: &mut Pipeline, op: &Op) {
                 pipe.cmd("HDEL").arg(key).arg(fields).ignore();
             }
         }
+        Op::Expire { key, ttl } => {
+            pipe.cmd("PEXPIRE").arg(key).arg(px(*ttl)).ignore();
+        }
     }
 }
 

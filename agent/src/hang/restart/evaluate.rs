@@ -233,7 +233,8 @@ impl RestartPath<'_> {
                 // per cycle: progress feeds the stalled alert only, and a cycle that fails
                 // before the batch records it on the next.
                 let v = crate::clock::Stamp::new(now, value).to_string();
-                self.deferred.push((k.progress(w), v));
+                let ttl = crate::hang::marks::MARK_TTL;
+                self.deferred.push(crate::coord::Op::Set { key: k.progress(w), value: v, ttl });
                 Ok(())
             }
             Effect::ClearProgress => self.ctx.coord.del(&[k.progress(w)]).await,

@@ -5,7 +5,7 @@
 use crate::alerts::Resolve;
 use crate::clock::{human, ms, Millis, Stamp};
 use crate::coord::lease::Lease;
-use crate::coord::Result;
+use crate::coord::{Op, Result};
 use crate::hang::journal::About;
 use crate::hang::marks::{self, MARK_TTL};
 use crate::hang::model::{Episode, Incident};
@@ -92,8 +92,9 @@ impl RestartPath<'_> {
             // NB: its TTL refreshed with the cycle's batch (no round trip of its own): an
             // incarnation that runs for days must not lapse from the record and read as a new
             // one a day after it was recorded (what this agent learned of its rhythm started
-            // over, and a restart by someone else at that moment taken for none).
-            self.deferred.push((self.ctx.keys.incarnation(w), seen));
+            // over, and a restart by someone else at that moment taken for none). Its TTL only:
+            // a value written back late would undo an HA partner's record of a newer one.
+            self.deferred.push(Op::Expire { key: self.ctx.keys.incarnation(w), ttl: MARK_TTL });
             return Ok(false);
         }
         // Ours: a restart of exactly the previous incarnation, seen through (`:done`). Claimed:

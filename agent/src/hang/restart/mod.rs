@@ -168,8 +168,8 @@ pub(crate) struct RestartPath<'a> {
     pub(crate) node: NodeContext,
     /// Evidence lines (e.g. a recent XID on the worker's GPU) for its alerts.
     pub(crate) gpu_evidence: &'a [String],
-    /// Progress marks to write with the cycle's batch: (key, value).
-    pub(crate) deferred: &'a mut Vec<(String, String)>,
+    /// Marks to write with the cycle's batch (progress, rhythm; an incarnation's TTL).
+    pub(crate) deferred: &'a mut Vec<crate::coord::Op>,
     /// What the agent keeps for its gangs: the cycle's entries, reads (the runs kept across
     /// cycles) and breaker reading, the gang alerts it sent, the slow episodes it opened.
     pub(crate) gangs: &'a mut crate::hang::model_gang::GangCycle,

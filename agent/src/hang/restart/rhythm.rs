@@ -104,7 +104,8 @@ impl<'a> RestartPath<'a> {
             self.rhythm.observe(status, now, self.ctx.cfg.policy.learned.min_samples);
         }
         if let Some(v) = self.rhythm.write_due(now) {
-            self.deferred.push((self.ctx.keys.rhythm(&c.worker), v));
+            let (key, ttl) = (self.ctx.keys.rhythm(&c.worker), crate::hang::marks::MARK_TTL);
+            self.deferred.push(crate::coord::Op::Set { key, value: v, ttl });
         }
     }
 }
