@@ -370,20 +370,20 @@ async fn a_reload_to_observe_mode_takes_the_slow_taint_off() {
 
 /// `NoExecute` evicts every pod on the node, other namespaces' too: only where the node's own
 /// agent reads a slowness there. Rank 2 computes longest (strong evidence, but the job's own
-/// word) on a node whose GPU is clocked down by the hardware: `NoExecute`. (Before, compute time
+/// word) on a node whose GPU the system's power brake slows: `NoExecute`. (Before, compute time
 /// alone evicted: a tenant writing `compute_ms` could empty a shared node of other jobs' pods.)
 #[tokio::test]
 async fn no_execute_needs_the_node_s_own_signal_beside_the_job_s_records() {
     let mut g = Gang::build(true, true);
     let (stop, gpus) = g.with_fake_gpus(&[0, 1, 2, 3]);
-    gpus[2].set_throttle_reasons(0, vec!["hw-slowdown"]);
+    gpus[2].set_throttle_reasons(0, vec!["hw-power-brake"]);
     gpus[2].wait_samples(2, Duration::from_secs(30));
     g.run(1.0, 20 * 60, even, false).await;
     g.run(0.7, 8 * 60, rank_2_slow, false).await;
     stop.cancel();
     let shown = g.slow_nodes().await;
     assert_eq!((shown[2].0.as_str(), shown[2].2.as_str()), ("True", "NoExecute"), "{}", shown[2].1);
-    for what in ["computes 450 ms", "its node shows GPU 0 (GPU-2222) hw-slowdown"] {
+    for what in ["computes 450 ms", "its node shows GPU 0 (GPU-2222) hw-power-brake"] {
         assert!(shown[2].1.contains(what), "{what}: {}", shown[2].1);
     }
     assert_eq!(g.restarts(), 0);

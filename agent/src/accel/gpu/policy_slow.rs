@@ -71,9 +71,10 @@ pub fn slow_signals(report: &GpuReport, gpus: Option<&[String]>) -> Vec<String> 
         .collect()
 }
 
-/// Throttle reasons no workload causes: the hardware's own slowdown signal and its power brake
-/// (thermal ones follow the load as much as the cooling).
-const MACHINE_SLOWDOWNS: [&str; 2] = ["hw-slowdown", "hw-power-brake"];
+/// Throttle reasons no workload causes: the system's power brake. NB: not `hw-slowdown`, which
+/// NVIDIA documents as raised by a temperature or power draw too high too (a power-heavy kernel
+/// raises it), nor the thermal ones: each follows the load as much as the machine.
+const MACHINE_SLOWDOWNS: [&str; 1] = ["hw-power-brake"];
 
 /// Whether these GPUs show a slowdown their workload cannot cause: a [`MACHINE_SLOWDOWNS`]
 /// reason, a link or ECC counter rising, an XID whose action fails the GPU. NB: what may evict
@@ -184,6 +185,9 @@ mod tests {
         assert!(!machine(app.clone()));
         let braked = GpuSample { throttle_reasons: vec!["hw-power-brake"], ..thermal.clone() };
         assert!(machine(gpu(braked)));
+        // HW Slowdown: raised by a power draw or a temperature too high too (a job's doing).
+        let slowed = GpuSample { throttle_reasons: vec!["hw-slowdown"], ..thermal.clone() };
+        assert!(!machine(gpu(slowed)));
         let mut fallen = app.clone();
         fallen.recent_xids.push((79, 9));
         assert!(machine(fallen), "XID 79: the GPU fell off the bus");

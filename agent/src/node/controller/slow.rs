@@ -37,12 +37,10 @@ impl Controller {
         }
         v.slow_until = v.slow_until.filter(|until| now < *until);
         let tainted = v.slow_until.is_some();
-        // NB: strong evidence is remembered while named and through the hold (a machine's signal
-        // that comes and goes must not flip the taint's effect: each flip a write, and a
-        // `NoExecute` again); a hold that ends forgets it.
+        // NB: strong evidence is remembered through the hold; a hold that ends forgets it.
         let evict = match (tainted, v.slow.is_empty()) {
             (false, _) => false,
-            (true, false) => v.slow_evict || v.slow.values().any(|n| n.strong),
+            (true, false) => v.slow.values().any(|n| n.strong),
             (true, true) => v.slow_evict,
         };
         let moved = (tainted, evict) != (v.slow_tainted, v.slow_evict);
