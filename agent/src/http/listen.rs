@@ -71,10 +71,12 @@ impl Listen for UnixPeers {
 fn cgroup_of_peer(stream: &UnixStream, pid: i32, procfs: &Procfs) -> Result<String, CgroupUnknown> {
     use std::os::fd::AsRawFd;
     let pidfd = pidfd::of_peer(stream.as_raw_fd()).ok();
-    let cgroup = procfs.cgroup_of_pid(pid)?;
+    let cgroup = procfs.cgroup_of_pid(pid);
+    // NB: a peer gone before its read is `Exited` whatever the read gave (its /proc entry gone:
+    // no failure of the agent's, which the worker API warns of).
     match pidfd {
         Some(fd) if !pidfd::alive(&fd) => Err(CgroupUnknown::Exited(pid)),
-        _ => Ok(cgroup),
+        _ => Ok(cgroup?),
     }
 }
 
