@@ -228,8 +228,12 @@ impl Pipeline<'_> {
             Err(_) => self.ctx.notifier.send(&alert).await,
         }
         self.ctx.coord.set(&k.retry(w), &marks::encode_retry(&retry), MARK_TTL).await?;
-        let released = [k.alert_dedup(&act.inc.id, "restart"), k.cooldown(w), k.restarted(w)];
-        self.ctx.coord.del(&released).await?;
+        self.ctx.coord.del(&[k.alert_dedup(&act.inc.id, "restart"), k.restarted(w)]).await?;
+        // NB: our claim only, compare-and-delete: a restart that failed to our eyes may have
+        // run, and an HA partner that saw its new incarnation meanwhile wrote a cooldown of its
+        // own over the claim — deleted, the next restart came inside it (simulation seed 59582).
+        let claim = marks::claim(self.now, &act.inc.id, act.case.c);
+        self.ctx.coord.del_if_owner(&k.cooldown(w), &claim).await?;
         // NB: the fruitless run keeps this attempt: a restart verified as failed may still
         // run later (a slow runtime), and a failed restart brought no progress either. The old
         // incarnation's last step is taken in, and the line moves to the failure if that is
