@@ -179,7 +179,7 @@ async fn alerts_appear_deduplicate_are_reposted_and_resolve() {
 /// An incident's alert placed at no worker (a gang's with no member to place it at) was posted
 /// once and never re-posted: Alertmanager ended it after its `resolve_timeout` while the gang was
 /// still blocked, and the gang's end resolved nothing. It is kept open (re-posted) like a
-/// worker's until its end resolves it, under `NO_WORKER`.
+/// worker's until its end resolves it, under its incident's `no_worker` (`@<incident>`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_incident_s_alert_at_no_worker_is_reposted_and_resolves() {
     let am = Alertmanager::start();

@@ -5,9 +5,9 @@
 //! A worker's alert is kept open: re-posted every `alerts.alertmanager_repost` (below
 //! Alertmanager's `resolve_timeout`, 5m by default) until the engine says its condition ended,
 //! then posted once more with `endsAt` = now (resolved); so is an incident's alert placed at no
-//! worker (a gang's with no member to place it at), kept under
-//! [`NO_WORKER`](crate::alerts::NO_WORKER). An alert of neither a worker nor an incident
-//! (breaker, budget, coordinator, runtime) is posted once and left to Alertmanager's
+//! worker (a gang's with no member to place it at), kept under its incident's
+//! [`no_worker`](crate::alerts::no_worker) (`@<incident>`). An alert of neither a worker nor an
+//! incident (breaker, budget, coordinator, runtime) is posted once and left to Alertmanager's
 //! `resolve_timeout`.
 //!
 //! The URL may carry credentials (`https://user:token@am/`): it is a
@@ -268,8 +268,8 @@ mod tests {
 
     /// An incident's alert placed at no worker (a gang's with no member to place it at) was
     /// posted once, never re-posted: Alertmanager ended it after its `resolve_timeout` while the
-    /// gang was still blocked, and the gang's end resolved nothing. It is kept open under
-    /// `NO_WORKER`, out of the roster's workers; a node-wide alert is still posted once.
+    /// gang was still blocked, and the gang's end resolved nothing. It is kept open under its
+    /// incident's `no_worker`, out of the roster's workers; a node-wide alert is still posted once.
     #[tokio::test]
     async fn an_incident_s_alert_at_no_worker_is_kept_open_until_its_end() {
         let port =

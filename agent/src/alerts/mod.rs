@@ -365,9 +365,9 @@ impl Resolve {
 pub trait AlertSink: Send + Sync {
     async fn send(&self, alert: &Alert) -> Result<(), AlertError>;
 
-    /// The condition behind `worker`'s alerts on `node` ended ([`NO_WORKER`]: the incident
-    /// alerts placed at no worker there). Sinks that keep alerts open (Alertmanager, PagerDuty)
-    /// resolve them; the others have nothing to do.
+    /// The condition behind `worker`'s alerts on `node` ended ([`no_worker`] of an incident:
+    /// that incident's alerts placed at no worker there). Sinks that keep alerts open
+    /// (Alertmanager, PagerDuty) resolve them; the others have nothing to do.
     async fn resolve(&self, _node: &str, _worker: &str, _end: Resolve) {}
 
     /// The workers of `node` with alerts kept open here (none for sinks that keep none), never

@@ -25,9 +25,10 @@ pub struct WebhookSink {
     format: WebhookFormat,
     routing_key: Secret<Hidden>,
     /// PagerDuty: the open events of each worker, (node, worker) → its events, resolved when
-    /// the condition ends; an incident's events placed at no worker under [`NO_WORKER`]. In
-    /// memory only: an agent restarted since an alert of an incident resolves it with any other
-    /// alert of that incident it sent (`ended_keys`).
+    /// the condition ends; an incident's events placed at no worker under its
+    /// [`no_worker`](super::no_worker) (`@<incident>`). In memory only: an agent restarted since
+    /// an alert of an incident resolves it with any other alert of that incident it sent
+    /// (`ended_keys`).
     open: std::sync::Mutex<OpenEvents>,
 }
 

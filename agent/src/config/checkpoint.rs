@@ -51,7 +51,8 @@ pub(crate) enum CheckpointMethod {
     Record,
     /// A signal to the container's main process; `None` = `checkpoint.signal`.
     Signal(Option<Signal>),
-    /// An HTTP POST to this URL, with a JSON body `{request, reason, deadline_ms}`. A secret
+    /// An HTTP POST to this URL, with a JSON body `{request, reason, worker, deadline_ms}`
+    /// (`deadline_ms`: the milliseconds left from the POST). A secret
     /// (it may carry a token in its query or userinfo): shown as `http://w:8080/ckpt?token=***`.
     Http(Secret<Urls>),
 }

@@ -258,7 +258,7 @@ pub(crate) fn suspect(members: &[Member]) -> Option<(&Member, Vec<String>)> {
 
 /// Evidence that scores this much names a member firmly enough to evict its node's pods
 /// (`gang.pace.taint = "NoExecute"`): its compute time, or two signals that agree — where its
-/// node's agent reads a slowness there itself (`crate::hang::restart::gang_pace`).
+/// node shows a slowdown no workload causes (`crate::hang::restart::gang_pace`).
 pub(crate) const STRONG: u32 = 2;
 
 /// The member a slow gang waits for (`suspect`: the tests' and the replays' view), with the

@@ -54,8 +54,8 @@ pub(crate) enum Step {
     Claim,
     /// The node's state and the incarnation once more, right before the command.
     Recheck,
-    /// The lock still ours with room for the whole command, read after the last slow step
-    /// (`Recheck`'s inspect may take `runtime.call_timeout`): only the command follows it.
+    /// The lock, still ours, renewed to its full TTL (compare-and-renew) after the last slow
+    /// step (`Recheck`'s inspect may take `runtime.call_timeout`): only the command follows it.
     LockCheck,
     /// The restart call.
     Command,
@@ -249,9 +249,9 @@ mod tests {
         }
     }
 
-    /// Property 8 (docs/safety.md): the lock's TTL is read after the last slow step — the
+    /// Property 8 (docs/safety.md): the lock is renewed after the last slow step — the
     /// runtime's inspect at `Recheck` may take `runtime.call_timeout` — so nothing but the command
-    /// follows the last look at it; and a lock that cannot cover the command gives back all the
+    /// follows the last look at it; and a lock lost by then gives back all the
     /// pass holds by then (the claim, the units, the restart alert).
     #[test]
     fn the_lock_is_checked_after_the_last_slow_step_right_before_the_command() {

@@ -111,7 +111,8 @@ pub struct Named {
     /// How slow, which worker, why: the `VigilSlow` condition's message.
     pub line: String,
     /// Its evidence is strong enough to evict (`crate::hang::policy_pace::STRONG`: its compute
-    /// time, or two signals) and includes a slowness this node's agent reads itself.
+    /// time, or two signals) and this node shows a slowdown no workload causes
+    /// (`crate::accel::gpu::policy_slow::machine_slow`, or the hypervisor's CPU steal).
     pub strong: bool,
 }
 

@@ -318,7 +318,8 @@ pub struct GpuReport {
 #[derive(Debug, Clone, Default)]
 pub struct Told {
     /// What they said before this agent started, read from the state file; `None` when not
-    /// known (no state file, or one that cannot be read).
+    /// known (no `gpu.state_file`, a file that cannot be read, or a value this build does not
+    /// know).
     pub(crate) before: Option<GpuHealth>,
     /// What they said since: set by the node controller as it shows each verdict, written to
     /// the state file by the monitor. One per monitor, shared by every clone of its reports.

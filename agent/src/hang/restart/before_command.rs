@@ -280,11 +280,11 @@ impl Pipeline<'_> {
         Ok(Seen::Pass)
     }
 
-    /// The lock must still be ours, with room for the whole restart (checked again right before
-    /// the command, after the recheck's inspect: `Step::LockCheck`). Then the markers go in — *before* the
-    /// command: the booting container will look hung for a minute or more, and the detector
-    /// must know that this is us. A skip: nothing will run (the pipeline gives the units
-    /// back, and the claim when its write failed).
+    /// The lock must still be ours, with room for the whole restart (renewed right before the
+    /// command, after the recheck's inspect: `Step::LockCheck`). Then the markers go in —
+    /// *before* the command: the booting container will look hung for a minute or more, and the
+    /// detector must know that this is us. A skip: nothing will run (the pipeline gives the
+    /// units back, and the claim when its write failed).
     pub(super) async fn hold_lock_and_mark(&mut self) -> Result<Seen> {
         let seen = self.lock_covers().await?;
         if seen != Seen::Pass {

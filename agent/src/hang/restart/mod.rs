@@ -32,9 +32,9 @@
 //! Map: `evaluate` (one worker's evaluation, top to bottom: what it stands on, verdict and plan,
 //! the stage exported, the effects carried out), `incident` (timers, alerts, episodes,
 //! incarnations), `pipeline` (the state machine's one loop: decide → lock → logs → revalidate →
-//! caps → claim → recheck → lock check → command → verify), `before_command` (its steps up to the command),
-//! `limits` (breaker and budget), `command` (the command, its verification, failure, the claim),
-//! each sending its own pages, `pager`, `pages` (the worker's pages outside the pipeline; the
+//! caps → claim → recheck → lock check → command → verify), `before_command` (its steps up to
+//! the command), `limits` (breaker and budget), `command` (the command, its verification,
+//! failure, the claim), each sending its own pages, `pager`, `pages` (the worker's pages outside the pipeline; the
 //! gang's are `gang_pages`), `gang` (a member judged with its gang), `gang_reads` (a gang read
 //! once a cycle), `gang_decision`, `gang_pace` and `gang_pace_kept` (what outlives an agent),
 //! `rhythm` (what a look learns, and the `Judge`).
@@ -175,7 +175,8 @@ pub(crate) struct RestartPath<'a> {
     pub(crate) gangs: &'a mut crate::hang::model_gang::GangCycle,
     /// What this agent has learned of the worker's rhythm (`crate::hang::policy_rhythm`).
     pub(crate) rhythm: &'a mut crate::hang::policy_rhythm::Rhythm,
-    /// What the node shows that slows the worker down (its GPUs' slowdown throttle reasons).
+    /// What the node shows that slows the worker down (its GPUs' slowdowns, low clocks, link and
+    /// ECC rises and XIDs; the host's pressure and CPU steal).
     pub(crate) slow_signals: &'a [String],
     /// Of those, one its workload cannot cause (`crate::accel::gpu::policy_slow::machine_slow`,
     /// the hypervisor's steal): only that lets a slow gang's taint evict (`NoExecute`).

@@ -96,7 +96,8 @@ impl<'a> Pager<'a> {
     }
 
     /// A gang alert this agent sends (or owes): resolved by it when its incident closes, under
-    /// the worker the sinks keep it under (its incident's placed at no member: [`NO_WORKER`]).
+    /// the worker the sinks keep it under (its incident's placed at no member:
+    /// [`no_worker`](crate::alerts::no_worker), `@<incident>`).
     fn remember(&mut self, at: Unit, alert: &Alert) {
         if let (Unit::Gang, Some(gang), Some(w)) = (at, &alert.gang, alert.kept_under()) {
             let sent = self.sent.entry(gang.clone()).or_default();
@@ -185,7 +186,7 @@ impl<'a> Pager<'a> {
     }
 
     /// An alert about the gang, placed at `first` (the member to look at); with none, at no
-    /// worker of this node (an incident's is remembered and resolved under [`NO_WORKER`]).
+    /// worker of this node (an incident's is remembered and resolved under its `@<incident>`).
     pub(super) fn gang_alert(
         &self,
         kind: AlertKind,
@@ -225,7 +226,7 @@ mod tests {
 
     /// A gang's page of an incident with no member to place it at (none of the gang's view
     /// stopped) is on its incident's keys, but was never remembered: no end resolved it, and in
-    /// PagerDuty it stayed open for ever. It is resolved under `NO_WORKER` when its incident
+    /// PagerDuty it stayed open for ever. It is resolved under `@<incident>` when its incident
     /// closes here, or when this agent's member is fine again (the gang moves again).
     #[tokio::test]
     async fn a_gang_page_at_no_member_is_resolved_with_its_gang() {
