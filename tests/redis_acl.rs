@@ -377,19 +377,7 @@ async fn the_agent_user_runs_whole_cycles_through_a_restart() {
         RedisCoordinator::new(&redis.worker_url(NODE, "trainer-0"), Duration::from_secs(2))
             .unwrap(),
     );
-    let coord: Arc<dyn Coordinator> =
-        Arc::new(RedisCoordinator::new(&redis.agent_url(), Duration::from_secs(2)).unwrap());
-    let runtime = FakeRuntime::default();
-    runtime.add("c1", "trainer-0");
-    let metrics = Arc::new(Metrics::new());
-    let notifier = Notifier::new(Some(Arc::new(RecordingSink::default())), metrics.clone());
-    let mut agent = Agent::new(
-        fast_config(&redis.agent_url()),
-        coord.clone(),
-        Arc::new(runtime.clone()),
-        notifier,
-        metrics,
-    );
+    let (mut agent, coord, runtime) = acl_agent(&redis, fast_config(&redis.agent_url()));
     redis.reset_log().await;
     // The worker beats once, as the worker user, then hangs.
     write_status(
@@ -438,16 +426,22 @@ fn gang_config(url: &str, node: &str) -> Config {
     cfg
 }
 
-/// The agent of `node`, as the agent user, watching its worker `trainer-0` (container `c1`).
-fn gang_agent(redis: &AclRedis, node: &str) -> Agent {
+/// An agent configured by `cfg`, as the agent user, watching its worker `trainer-0` (container
+/// `c1`): with its coordinator and runtime.
+fn acl_agent(redis: &AclRedis, cfg: Config) -> (Agent, Arc<dyn Coordinator>, FakeRuntime) {
     let coord: Arc<dyn Coordinator> =
         Arc::new(RedisCoordinator::new(&redis.agent_url(), Duration::from_secs(2)).unwrap());
     let runtime = FakeRuntime::default();
     runtime.add("c1", "trainer-0");
     let metrics = Arc::new(Metrics::new());
     let notifier = Notifier::new(Some(Arc::new(RecordingSink::default())), metrics.clone());
-    let cfg = gang_config(&redis.agent_url(), node);
-    Agent::new(cfg, coord, Arc::new(runtime), notifier, metrics)
+    let agent = Agent::new(cfg, coord.clone(), Arc::new(runtime.clone()), notifier, metrics);
+    (agent, coord, runtime)
+}
+
+/// The agent of `node`, as the agent user, the gang's pace watched.
+fn gang_agent(redis: &AclRedis, node: &str) -> Agent {
+    acl_agent(redis, gang_config(&redis.agent_url(), node)).0
 }
 
 /// Worker `trainer-0` of `node` beats once as a rank of [`GANG`] (of 2), as its own worker
