@@ -124,8 +124,7 @@ impl Opportunistic {
     /// (compare-and-renew) until then, so that it never lapses while the label is on and a
     /// second node of the pool claims meanwhile.
     async fn hold(&mut self, st: &MaintenanceState) -> ClaimStep {
-        let first_read_wait = self.cfg.metadata.first_read_wait;
-        if claim_done(st.phase, self.started.elapsed(), first_read_wait) {
+        if self.maintenance_over(st) {
             return self.release("maintenance done; pool claim released").await;
         }
         let ttl = self.cfg.opportunistic.claim_ttl;
@@ -156,6 +155,11 @@ impl Opportunistic {
         })
     }
 
+    /// Whether the maintenance a held (or adopted) claim was taken for is over ([`claim_done`]).
+    fn maintenance_over(&self, st: &MaintenanceState) -> bool {
+        claim_done(st.phase, self.started.elapsed(), self.cfg.metadata.first_read_wait)
+    }
+
     /// Whether the claim held was taken `ttl` ago or more (no answer: not known to be).
     async fn waited(&self, ttl: Duration) -> bool {
         let Some(c) = &self.claimed else { return false };
@@ -184,7 +188,7 @@ impl Opportunistic {
             return None;
         }
         let c = Claim::new(key, token, self.coord.time().await.ok()?);
-        if claim_done(st.phase, self.started.elapsed(), self.cfg.metadata.first_read_wait) {
+        if self.maintenance_over(st) {
             self.claimed = Some(c);
             let why = "the pool claim taken before the agent restarted is released: its maintenance is over";
             return Some(self.release(why).await);
